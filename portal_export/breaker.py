@@ -1,0 +1,55 @@
+"""A key-level circuit breaker shared through a state directory.
+
+A bad, unknown, banned or plan-less key concerns every task of every run, and repeated bad-key
+requests earn an IP ban. After the first such answer, the breaker file makes every other client
+that shares the directory fail fast with the original code, without sending anything, until an
+operator clears it (or the key changes: the file is named by a fingerprint of the key, never the key).
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import KeyLevelError
+
+
+def fingerprint(api_key):
+    return hashlib.sha256(b"portal-export-breaker\0" + api_key.encode()).hexdigest()[:16]
+
+
+class KeyBreaker:
+    def __init__(self, state_dir, api_key):
+        self.dir = Path(state_dir)
+        self.path = self.dir / f"breaker-{fingerprint(api_key)}.json"
+
+    def check(self):
+        """Raise the code that tripped the breaker, if it has."""
+        try:
+            state = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except ValueError:
+            state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
+        raise KeyLevelError(state.get("code", "BREAKER_OPEN"),
+                            f"{state.get('detail', '')} (breaker open: fix the key or plan, then `make clear-breaker`)")
+
+    def trip(self, code, detail=""):
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".breaker-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"code": code, "detail": detail}, f)
+        os.replace(tmp, self.path)
+
+    @staticmethod
+    def clear(state_dir):
+        """Remove every breaker file; returns the codes that had tripped them."""
+        codes = []
+        for path in Path(state_dir).glob("breaker-*.json"):
+            try:
+                codes.append(json.loads(path.read_text()).get("code", "?"))
+            except ValueError:
+                codes.append("?")
+            path.unlink(missing_ok=True)
+        return codes

@@ -1,0 +1,89 @@
+"""One region of one day, with the policy for each error class.
+
+Permanent errors propagate at once. Transient ones (a refused token among them) are retried from a
+fresh page and a fresh CaptchaAI task, `attempts` in all, after waits of base x (2^n - 1) +- jitter,
+so regions that failed together do not come back together. An unsolvable task gets one fresh
+resubmission; a second one gives the region up as unsolvable, for the day's validation to judge.
+"""
+
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import tenacity
+
+from .errors import TokenRefused, TransientError, UnsolvableError
+from .portal import export_once
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RegionOutcome:
+    day: str
+    region: str
+    status: str = "ok"  # or "unsolvable"
+    records: list = field(default_factory=list)
+    task_ids: list = field(default_factory=list)  # every CaptchaAI task submitted, in order
+    solve_seconds: float | None = None  # of the delivering solve
+    attempts: int = 0  # fresh pages loaded
+    refused_tokens: int = 0
+    transient_errors: list = field(default_factory=list)  # codes, in order
+    idle_slot_seconds: float = 0.0  # backoff waits, during which the task keeps its captchaai slot
+
+    def to_dict(self):
+        return {**asdict(self), "rows": len(self.records)}
+
+
+def backoff(base_s, jitter_s, rng=random):
+    """tenacity wait: base x (2^n - 1) +- jitter before attempt n + 1."""
+    def wait(retry_state):
+        return max(0.0, base_s * (2 ** retry_state.attempt_number - 1) + rng.uniform(-jitter_s, jitter_s))
+    return wait
+
+
+def export_region(day, region, base_url, solver, *, attempts=4, retry_base_s=10.0, retry_jitter_s=10.0,
+                  http_timeout_s=30.0, rng=random, sleep=time.sleep, on_attempt=None, on_poll=None):
+    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises."""
+    out = RegionOutcome(str(day), region)
+    unsolvable = 0
+
+    def attempt():
+        nonlocal unsolvable
+        while True:
+            out.attempts += 1
+            if on_attempt is not None:
+                on_attempt(out.attempts)
+            try:
+                delivery = export_once(out.day, region, base_url, solver, http_timeout_s=http_timeout_s,
+                                       on_task=out.task_ids.append, on_poll=on_poll)
+            except UnsolvableError as err:
+                unsolvable += 1
+                if unsolvable >= 2:
+                    log.warning("day %s region %s: unsolvable twice (tasks %s); giving the region up",
+                                out.day, region, ", ".join(out.task_ids))
+                    out.status = "unsolvable"
+                    return out
+                log.info("day %s region %s: %s; resubmitting once from a fresh page", out.day, region, err.code)
+                continue
+            except TransientError as err:
+                out.transient_errors.append(err.code)
+                out.refused_tokens += isinstance(err, TokenRefused)
+                raise
+            out.records, out.solve_seconds = delivery.records, delivery.solve_seconds
+            return out
+
+    def before_sleep(state):
+        log.warning("day %s region %s: %s (attempt %d of %d); retrying in %.1f s", out.day, region,
+                    state.outcome.exception(), state.attempt_number, attempts, state.upcoming_sleep)
+
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=backoff(retry_base_s, retry_jitter_s, rng),
+                                 retry=tenacity.retry_if_exception_type(TransientError), sleep=sleep,
+                                 before_sleep=before_sleep, reraise=True)
+    try:
+        return retrying(attempt)
+    except TransientError as err:
+        raise TransientError(err.code, f"{err.detail} (gave up after {attempts} attempts)") from None
+    finally:
+        out.idle_slot_seconds = retrying.statistics.get("idle_for", 0.0)

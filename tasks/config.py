@@ -1,0 +1,68 @@
+"""The `[captchaai]` and `[portal]` sections of luigi.cfg, with the environment winning over both.
+
+Layering is Luigi's own: luigi.cfg at the root, then the file named by LUIGI_CONFIG_PATH. The API
+key is no parameter at all: it is read from the environment where a request needs it, so it never
+reaches the scheduler, the visualiser or a task id.
+"""
+
+import os
+from pathlib import Path
+
+import luigi
+
+from portal_export.captchaai import DEFAULT_API_BASE
+from portal_export.portal import KNOWN_REGIONS
+
+
+class captchaai(luigi.Config):
+    api_base = luigi.Parameter(default=DEFAULT_API_BASE, description="base URL of the CaptchaAI-protocol API (env CAPTCHAAI_API_BASE wins)")
+    timeout_s = luigi.FloatParameter(default=120.0, description="deadline of one solve, counted from submit")
+    first_poll_s = luigi.FloatParameter(default=15.0, description="wait before the first poll")
+    poll_every_s = luigi.FloatParameter(default=5.0, description="wait between polls")
+    http_timeout_s = luigi.FloatParameter(default=30.0, description="timeout of one HTTP call to the API")
+
+
+class portal(luigi.Config):
+    attempts = luigi.IntParameter(default=4, description="attempts per region for transient failures, the first included")
+    retry_base_s = luigi.FloatParameter(default=10.0, description="backoff base: base x (2^n - 1) before attempt n + 1")
+    retry_jitter_s = luigi.FloatParameter(default=10.0, description="each backoff wait moves by up to +- this")
+    base_url = luigi.Parameter(default="https://reports.partner.example", description="base URL of the partner portal (env PORTAL_BASE_URL wins)")
+    data_dir = luigi.Parameter(default="data", description="where outputs go (env PORTAL_DATA_DIR wins)")
+    regions = luigi.Parameter(default=",".join(KNOWN_REGIONS), description="comma-separated region names")
+    max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; said in one line before any request leaves."""
+
+
+def api_key():
+    key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
+    if not key:
+        raise ConfigError("CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key")
+    return key
+
+
+def api_base():
+    return os.environ.get("CAPTCHAAI_API_BASE") or captchaai().api_base
+
+
+def portal_base_url():
+    return os.environ.get("PORTAL_BASE_URL") or portal().base_url
+
+
+def data_dir():
+    return Path(os.environ.get("PORTAL_DATA_DIR") or portal().data_dir)
+
+
+def state_dir():
+    """The key breaker lives here: every run exporting into the same data dir shares it."""
+    return data_dir() / "_state"
+
+
+def regions():
+    names = [r.strip() for r in portal().regions.split(",") if r.strip()]
+    unknown = [r for r in names if r not in KNOWN_REGIONS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ConfigError(f"[portal] regions = {portal().regions!r}: give distinct names among {', '.join(KNOWN_REGIONS)}")
+    return names

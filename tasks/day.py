@@ -1,0 +1,54 @@
+"""DayExport: the day's four regions, validated, as one records file and one health file."""
+
+import json
+from pathlib import Path
+
+import luigi
+
+from portal_export.health import day_health, validate
+
+from . import config, targets
+from .region import RegionExport
+from .secrets import format_failure
+
+
+class DayExport(luigi.Task):
+    """Named `date` so that `RangeDaily --of DayExport` needs no other argument."""
+
+    date = luigi.DateParameter()
+    retry_count = 1  # a failed validation stays failed until its regions change: see RegionExport
+
+    def requires(self):
+        return {region: RegionExport(self.date, region) for region in config.regions()}
+
+    def output(self):
+        # RangeDaily finds complete days by these paths: they exist only for validated days.
+        return {"records": luigi.LocalTarget(targets.day_records_path(self.date)),
+                "health": luigi.LocalTarget(targets.day_health_path(self.date))}
+
+    def run(self):
+        regions = config.regions()
+        facts = {}
+        for done, (region, target) in enumerate(self.input().items(), 1):
+            with target.open() as f:
+                facts[region] = json.load(f)
+            self.set_progress_percentage(int(100 * done / len(regions)))
+        health = day_health(self.date, regions, facts)
+        try:
+            validate(health, config.portal().max_unsolvable_ratio)
+        except Exception:
+            failed = luigi.LocalTarget(targets.failed_health_path(self.date))
+            with failed.open("w") as f:
+                json.dump(health, f, indent=2)
+            raise
+        Path(targets.failed_health_path(self.date)).unlink(missing_ok=True)
+        with self.output()["records"].open("w") as f:
+            for region in regions:
+                for record in facts[region]["records"]:
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        with self.output()["health"].open("w") as f:
+            json.dump(health, f, indent=2)
+        self.set_status_message(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
+
+    def on_failure(self, exception):
+        return format_failure(exception)

@@ -1,0 +1,23 @@
+"""Task processes that die with their worker.
+
+With workers > 1 Luigi runs each task in a forked child, and a child outlives a SIGKILLed or
+SIGTERMed parent: it would go on solving, and once the scheduler frees the dead worker's slots,
+more solves than the cap would be in flight. PR_SET_PDEATHSIG has the kernel kill it instead.
+"""
+
+import ctypes
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+WORKER_PID = os.getpid()  # the module is imported by the worker before it forks any task
+
+
+def die_with_worker():
+    if os.getpid() == WORKER_PID or not sys.platform.startswith("linux"):
+        return  # workers=1 runs tasks in the worker itself
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != WORKER_PID:  # the worker died before the line above took effect
+        os._exit(1)

@@ -1,0 +1,75 @@
+"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot."""
+
+import json
+import logging
+
+import luigi
+
+from portal_export.breaker import KeyBreaker
+from portal_export.captchaai import CaptchaAI
+from portal_export.export import export_region
+from portal_export.portal import KNOWN_REGIONS
+
+from . import config, targets
+from .process import die_with_worker
+from .secrets import format_failure
+
+log = logging.getLogger(__name__)
+
+
+def make_solver():
+    cfg = config.captchaai()
+    key = config.api_key()
+    return CaptchaAI(key, config.api_base(), timeout_s=cfg.timeout_s, first_poll_s=cfg.first_poll_s,
+                     poll_every_s=cfg.poll_every_s, http_timeout_s=cfg.http_timeout_s,
+                     breaker=KeyBreaker(config.state_dir(), key))
+
+
+class RegionExport(luigi.Task):
+    """Exports one region; its target holds the records and the solve facts, also when unsolvable."""
+
+    date = luigi.DateParameter()
+    region = luigi.ChoiceParameter(choices=KNOWN_REGIONS)
+
+    resources = {"captchaai": 1}
+    # Transient errors are retried inside run() with backoff, so a failure that reaches Luigi is
+    # permanent or has used every attempt: one attempt, then DISABLED, and a keep-alive worker
+    # moves on instead of re-running it every retry_delay. The CLI re-enables it on the next run.
+    retry_count = 1
+
+    def output(self):
+        return luigi.LocalTarget(targets.region_path(self.date, self.region))
+
+    def make_solver(self):
+        """The CaptchaAI client; tests substitute a fake here."""
+        return make_solver()
+
+    def run(self):
+        die_with_worker()
+        attempt, started = 1, None
+
+        def on_attempt(n):
+            nonlocal attempt
+            attempt = n
+            self.set_status_message(f"attempt {n}: loading the export page")
+
+        def on_poll(task_id, polls, elapsed):
+            self.set_status_message(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
+            timeout = config.captchaai().timeout_s
+            self.set_progress_percentage(min(95, int(100 * elapsed / timeout)))
+
+        p = config.portal()
+        outcome = export_region(self.date, self.region, config.portal_base_url(), self.make_solver(),
+                                attempts=p.attempts, retry_base_s=p.retry_base_s, retry_jitter_s=p.retry_jitter_s,
+                                http_timeout_s=config.captchaai().http_timeout_s,
+                                on_attempt=on_attempt, on_poll=on_poll)
+        facts = outcome.to_dict()
+        with self.output().open("w") as f:
+            json.dump(facts, f, ensure_ascii=False)
+        log.info("day %s region %s: %s, %d rows, tasks %s, solve %s s", self.date, self.region, outcome.status,
+                 facts["rows"], ",".join(outcome.task_ids), outcome.solve_seconds)
+        self.set_status_message(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
+        self.set_progress_percentage(100)
+
+    def on_failure(self, exception):
+        return format_failure(exception)
