@@ -1,0 +1,83 @@
+"""Bad operator input is refused with one line before any request leaves the machine."""
+
+import datetime
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import responses
+
+from tasks.cli import main
+
+from .conftest import TEST_KEY
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_network():
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
+        yield rs
+        assert len(rs.calls) == 0, [c.request.url for c in rs.calls]
+
+
+TOMORROW = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=2)).isoformat()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "2026-13-45"], "DAY='2026-13-45' is not a date"),
+    (["export", ""], "DAY is required"),
+    (["export", "2026-9-1"], "is not a date"),
+    (["export", TOMORROW], "is in the future"),
+    (["backfill", "2026-09-10", "2026-09-01"], "must be before STOP"),
+    (["backfill", "2026-09-01", "2026-09-01"], "must be before STOP"),
+    (["backfill", "2026-09-01", "nope"], "STOP='nope' is not a date"),
+    (["retry-unsolvable", "2026-02-30"], "is not a date"),
+])
+def test_bad_dates_are_refused_in_one_line(argv, message, monkeypatch, capsys, no_network):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and err.startswith("error: ")
+
+
+def test_missing_key_is_refused_before_any_request(capsys, no_network):
+    assert main(["export", "2026-09-01"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key\n"
+
+
+def test_unknown_region_in_config_is_refused(monkeypatch, luigi_cfg, capsys, no_network):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    luigi_cfg("portal", "regions", "north,middle")
+    assert main(["export", "2026-09-01"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[portal] regions" in err and "middle" in err
+
+
+def test_unknown_scheduler_mode_is_refused(monkeypatch, capsys, no_network):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    monkeypatch.setenv("SCHEDULER", "cloud")
+    assert main(["export", "2026-09-01"]) == 2
+    assert "SCHEDULER='cloud'" in capsys.readouterr().err
+
+
+def test_central_scheduler_required_but_absent_fails(monkeypatch, capsys):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    monkeypatch.setenv("SCHEDULER", "central")
+    monkeypatch.setenv("LUIGI_SCHEDULER_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert main(["export", "2026-09-01"]) == 2
+    assert "no central scheduler answers at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_make_export_refuses_a_bad_day_through_the_makefile(tmp_path):
+    """The contract's own command line, exit code and single line."""
+    venv = ROOT / ".venv" / "bin" / "python"
+    if not venv.exists():
+        pytest.skip("make test creates .venv; this runs there")
+    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "export", "DAY=2026-13-45"], capture_output=True, text=True,
+                          env={**os.environ, "CAPTCHAAI_API_KEY": TEST_KEY, "PORTAL_DATA_DIR": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "error: DAY='2026-13-45' is not a date: give YYYY-MM-DD" in proc.stderr
+    assert not any(tmp_path.iterdir())
