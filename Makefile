@@ -37,6 +37,10 @@ help: ## list the targets
 test: $(VENV)/.installed ## run the whole test suite
 	$(PY) -m pytest
 
+.PHONY: demo
+demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/)
+	$(PY) -m tasks.demo
+
 .PHONY: export
 export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD
 	$(RUN) export "$(DAY)"
@@ -56,6 +60,14 @@ plan: $(VENV)/.installed ## compare the CaptchaAI plan's threads with the cap an
 .PHONY: clear-breaker
 clear-breaker: $(VENV)/.installed ## let requests with the key go out again after a key-level error
 	$(RUN) clear-breaker
+
+.PHONY: scheduler
+scheduler: $(VENV)/.installed ## start luigid in the background on LUIGI_SCHEDULER_URL's port, state and history in var/
+	$(RUN) scheduler
+
+.PHONY: scheduler-stop
+scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler
+	$(RUN) scheduler-stop
 
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)

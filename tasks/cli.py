@@ -23,7 +23,7 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import config, targets
+from . import config, scheduler, targets
 from .day import DayExport
 from .region import RegionExport, make_solver
 
@@ -205,6 +205,14 @@ def cmd_clear_breaker(args):
     return 0
 
 
+def cmd_scheduler(args):
+    return scheduler.start(scheduler_url(), scheduler_answers, say)
+
+
+def cmd_scheduler_stop(args):
+    return scheduler.stop(say)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m tasks", description=__doc__)
     parser.add_argument("--workers", type=int, default=None, help="Luigi workers (default: [core] workers)")
@@ -225,6 +233,10 @@ def build_parser():
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("clear-breaker", help="let requests with the key go out again")
     p.set_defaults(func=cmd_clear_breaker)
+    p = sub.add_parser("scheduler", help="start luigid in the background, bound to loopback")
+    p.set_defaults(func=cmd_scheduler)
+    p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
+    p.set_defaults(func=cmd_scheduler_stop)
     return parser
 
 
