@@ -42,7 +42,7 @@ def normalize(resp):
         if "status" not in body:  # threadsinfo answers its fields bare
             return Answer(True, body)
         request = str(body.get("request", ""))  # the live service sends task ids as numbers
-        return Answer(True, request) if body["status"] == 1 else Answer(False, request or "UNRECOGNIZED_ANSWER")
+        return Answer(True, request) if str(body["status"]) == "1" else Answer(False, request or "UNRECOGNIZED_ANSWER")
     text = resp.text.strip()
     if text.startswith("OK|"):
         return Answer(True, text[3:])
@@ -90,8 +90,8 @@ class CaptchaAI:
             return Answer(False, "NETWORK_ERROR"), failure
         return normalize(resp), ""
 
-    def _error(self, code, detail=""):
-        err = classify(code, detail)
+    def _error(self, code, detail="", cls=None):
+        err = cls(code, detail) if cls is not None else classify(code, detail)
         if isinstance(err, KeyLevelError) and self._breaker is not None:
             self._breaker.trip(code, detail)
         return err
@@ -110,7 +110,8 @@ class CaptchaAI:
                 raise TransientError(ZERO_BALANCE, f"all {threads} plan threads busy")
             # A free thread shows: the plan may be missing, or a thread freed up since the refusal.
             # Only a second refusal with a free thread showing proves there is no active plan.
-        raise self._error(ZERO_BALANCE, f"refused twice with {threads - working} of {threads} threads free: no active plan")
+        raise self._error(ZERO_BALANCE, f"refused twice with {threads - working} of {threads} threads free: no active plan",
+                          KeyLevelError)
 
     def poll(self, task_id, deadline, on_poll=None):
         """Poll one task on a fixed grid (first_poll_s, then every poll_every_s) until token or deadline.

@@ -5,6 +5,7 @@ it served, and the token must be posted at once: it lives two minutes and verifi
 """
 
 import logging
+from contextlib import nullcontext
 from html.parser import HTMLParser
 from typing import NamedTuple
 
@@ -15,6 +16,7 @@ from .errors import PermanentError, TokenRefused, TransientError
 log = logging.getLogger(__name__)
 
 KNOWN_REGIONS = ("north", "south", "east", "west")
+_TRY_AGAIN = (408, 429)  # timeouts and rate limits say nothing about the page or the token
 
 
 class Delivery(NamedTuple):
@@ -45,7 +47,7 @@ def _http(session, method, url, what, timeout, **kwargs):
         failure = type(exc).__name__  # raised outside the handler: no chained traceback
     if failure:
         raise TransientError("PORTAL_NETWORK_ERROR", f"{failure} on {what}")
-    if resp.status_code >= 500:
+    if resp.status_code >= 500 or resp.status_code in _TRY_AGAIN:
         raise TransientError(f"PORTAL_HTTP_{resp.status_code}", what)
     return resp
 
@@ -54,7 +56,7 @@ def export_once(day, region, base_url, solver, *, http_timeout_s=30.0, session=N
     """Load the export page, solve its reCAPTCHA, post the form; returns the records."""
     base_url = base_url.rstrip("/")
     what = f"day {day} region {region}"
-    with session or requests.Session() as s:
+    with nullcontext(session) if session else requests.Session() as s:
         page = _http(s, "GET", f"{base_url}/export", f"export page of {what}", http_timeout_s,
                      params={"day": day, "region": region})
         if page.status_code >= 400:
