@@ -12,6 +12,8 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 TASK_LIMIT ?=
+# report option: draw the validation threshold, e.g. MAX_UNSOLVABLE_RATIO=0.25
+MAX_UNSOLVABLE_RATIO ?=
 export SCHEDULER LUIGI_SCHEDULER_URL
 
 PY := $(VENV)/bin/python
@@ -60,6 +62,10 @@ plan: $(VENV)/.installed ## compare the CaptchaAI plan's threads with the cap an
 .PHONY: clear-breaker
 clear-breaker: $(VENV)/.installed ## let requests with the key go out again after a key-level error
 	$(RUN) clear-breaker
+
+.PHONY: report
+report: $(VENV)/.installed ## solve-health table and plot from the health files in the data dir
+	$(PY) -m portal_export.report $(if $(MAX_UNSOLVABLE_RATIO),--max-unsolvable-ratio $(MAX_UNSOLVABLE_RATIO))
 
 .PHONY: scheduler
 scheduler: $(VENV)/.installed ## start luigid in the background on LUIGI_SCHEDULER_URL's port, state and history in var/

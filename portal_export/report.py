@@ -1,0 +1,415 @@
+"""The solve-health report: one row per day from the day health files, as a CSV table and a plot.
+
+Reads `portal_records_YYYY-MM-DD.health.json` (days that exported) and
+`regions/YYYY-MM-DD/failed.health.json` (days that failed validation) in the data dir, and writes
+`solve_health.csv` and `solve_health.png` into the report dir (default: `<data dir>/report`).
+Every calendar day between the first and the last day seen gets a row: `ok`, `failed` or
+`missing` (no readable health file). A day with both files (failed, then exported) is `ok`.
+
+Part of the core package: no Luigi here, so it runs on any copy of the data dir.
+
+    python -m portal_export.report [--data-dir DIR] [--out-dir DIR] [--max-unsolvable-ratio X]
+"""
+
+import argparse
+import datetime
+import io
+import json
+import logging
+import math
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import dates as mdates
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+log = logging.getLogger(__name__)
+
+CSV_NAME = "solve_health.csv"
+PNG_NAME = "solve_health.png"
+ROLLING_DAYS = 7
+ROLLING_COLUMN = f"p95_rolling{ROLLING_DAYS}_median"
+TABLE_DAYS = 14
+
+# The health file keys taken into the table, in column order.
+COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
+FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
+COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", "solves",
+           "unsolvable", "refused_tokens", "submits", "rows", "idle_slot_seconds")
+
+DAY_FILE = re.compile(r"portal_records_(\d{4}-\d{2}-\d{2})\.health\.json")
+FAILED_FILE = "failed.health.json"
+
+COLOR_P95 = "#1f77b4"
+COLOR_MEDIAN = "#ff7f0e"
+COLOR_FAILED = "#d62728"
+COLOR_MISSING = "#7f7f7f"
+COLOR_RATIO = "#9467bd"
+COLOR_SOLVES = "#2ca02c"
+COLOR_ROWS = "#17becf"
+LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 9, "frameon": False,
+          "borderaxespad": 0.0}
+
+
+class NoHealthFilesError(FileNotFoundError):
+    """No readable health file in the data dir: nothing to report on."""
+
+
+def _parse_day(text):
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _health_files(data_dir):
+    """(day, "ok" | "failed", path) for every health file name that holds a valid date."""
+    found = []
+    for path in sorted(data_dir.glob("portal_records_*.health.json")):
+        m = DAY_FILE.fullmatch(path.name)
+        day = _parse_day(m.group(1)) if m else None
+        if day is None:
+            log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", path)
+            continue
+        found.append((day, "ok", path))
+    for path in sorted(data_dir.glob(f"regions/*/{FAILED_FILE}")):
+        day = _parse_day(path.parent.name) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", path.parent.name) else None
+        if day is None:
+            log.warning("skipped %s: its directory name is no valid YYYY-MM-DD day", path)
+            continue
+        found.append((day, "failed", path))
+    return found
+
+
+def _read_health(path):
+    """The health object of one file, or None (with a warning naming the file) when unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            health = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        log.warning("skipped malformed health file %s: %s", path, e)
+        return None
+    if not isinstance(health, dict):
+        log.warning("skipped malformed health file %s: a JSON object was expected, not %s",
+                    path, type(health).__name__)
+        return None
+    return health
+
+
+def _numeric(series, integral):
+    """Numbers only (anything else -> missing); counts as nullable integers when they are whole."""
+    values = pd.to_numeric(series.map(lambda v: None if isinstance(v, bool) else v), errors="coerce")
+    values = values.astype("float64")
+    if integral:
+        known = values.dropna()
+        if (known == known.round()).all():
+            return values.astype("Int64")
+    return values
+
+
+def load_health(data_dir):
+    """One row per calendar day from the first to the last day seen, with its status and numbers.
+
+    Raises NoHealthFilesError when the data dir holds no readable health file.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise NoHealthFilesError(f"no health files: data dir {data_dir} does not exist")
+    by_day = {}  # day -> (status, health); an exported day wins over its failed attempt
+    for day, status, path in _health_files(data_dir):
+        if day in by_day and by_day[day][0] == "ok":
+            continue
+        health = _read_health(path)
+        if health is None:
+            continue
+        if str(health.get("day", day)) != day.isoformat():
+            log.warning("%s says day %r; reported under %s, the day of its file name",
+                        path, health.get("day"), day)
+        by_day[day] = (status, health)
+    if not by_day:
+        raise NoHealthFilesError(
+            f"no readable health files (portal_records_YYYY-MM-DD.health.json or "
+            f"regions/YYYY-MM-DD/{FAILED_FILE}) in data dir {data_dir}")
+
+    days = pd.date_range(min(by_day), max(by_day), freq="D")
+    records = []
+    for ts in days:
+        status, health = by_day.get(ts.date(), ("missing", {}))
+        records.append({"status": status, **{k: health.get(k) for k in COUNT_KEYS + FLOAT_KEYS}})
+    frame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
+    frame.insert(0, "day", days)
+    for key in COUNT_KEYS:
+        frame[key] = _numeric(frame[key], integral=True)
+    for key in FLOAT_KEYS:
+        frame[key] = _numeric(frame[key], integral=False)
+    # Rows are consecutive calendar days, so 7 rows are 7 days; days without a p95 are left out.
+    frame[ROLLING_COLUMN] = frame["p95_solve_seconds"].rolling(ROLLING_DAYS, min_periods=1).median()
+    return frame[list(COLUMNS)]
+
+
+def _atomic_write(path, write):
+    """Call write(binary file) on a temporary file next to `path`, then move it into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # mode 0666 less the umask, as any other output
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _runs(mask):
+    """(start, stop) index pairs of the runs of True in a boolean sequence."""
+    runs, start = [], None
+    for i, flag in enumerate(list(mask) + [False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def _floats(series):
+    return series.astype("float64").to_numpy()
+
+
+def _bar(ax, x, values, where, **style):
+    """Bars at the days in `where` that have a value; nothing (and no legend entry) otherwise."""
+    keep = where & np.isfinite(values)
+    if keep.any():
+        ax.bar(x[keep], values[keep], **style)
+
+
+def _legend(ax, handles=None):
+    handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(handles=handles, **LEGEND)
+
+
+def plot_health(frame, max_unsolvable_ratio=None):
+    """The report figure: p95, unsolvable ratio, solves and refused tokens, rows, over the days."""
+    x = np.asarray(mdates.date2num(frame["day"].to_numpy()), dtype=float)
+    first, last = frame["day"].iloc[0], frame["day"].iloc[-1]
+    n_days = len(frame)
+    counts = frame["status"].value_counts()
+    long_range = n_days > 120
+    bar_width = 1.0 if long_range else 0.8  # a year of days: bars that touch, no aliasing gaps
+    bar_style = {"lw": 0} if long_range else {}
+
+    fig = Figure(figsize=(11, 10), dpi=100, layout="constrained")
+    axes = fig.subplots(4, 1, sharex=True, height_ratios=[3, 2, 2, 2])
+    ax_p95, ax_ratio, ax_solves, ax_rows = axes
+
+    # Failed and missing days across every panel.
+    failed_runs = _runs(frame["status"] == "failed")
+    missing_runs = _runs(frame["status"] == "missing")
+    for ax in axes:
+        for a, b in failed_runs:
+            ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, color=COLOR_FAILED, alpha=0.15, lw=0, zorder=0)
+        for a, b in missing_runs:
+            ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, facecolor=(0.5, 0.5, 0.5, 0.12),
+                       edgecolor=(0.5, 0.5, 0.5, 0.5), hatch="///", lw=0, zorder=0)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+
+    # p95 solve seconds, and its rolling median.
+    p95 = _floats(frame["p95_solve_seconds"])
+    failed = (frame["status"] == "failed").to_numpy()
+    marker = {"marker": "o", "ms": 4} if n_days <= 120 else {}
+    ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
+    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--",
+                label=f"rolling {ROLLING_DAYS}-day median of p95")
+    if failed.any():
+        ax_p95.plot(x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED,
+                    label="p95 of a failed day")
+    ax_p95.set_ylabel("p95 solve (s)")
+    handles, labels = ax_p95.get_legend_handles_labels()
+    if failed_runs:
+        handles.append(Patch(facecolor=COLOR_FAILED, alpha=0.15, label="failed validation"))
+    if missing_runs:
+        handles.append(Patch(facecolor=(0.5, 0.5, 0.5, 0.12), edgecolor=(0.5, 0.5, 0.5, 0.5),
+                             hatch="///", label="missing (no health file)"))
+    _legend(ax_p95, handles)
+    ax_p95.set_title("p95 solve time of the delivering solves", fontsize=10, loc="left")
+
+    # Unsolvable ratio, against the validation threshold.
+    ratio = _floats(frame["unsolvable_ratio"])
+    _bar(ax_ratio, x, ratio, ~failed, width=bar_width, color=COLOR_RATIO,
+         label="unsolvable ratio", **bar_style)
+    _bar(ax_ratio, x, ratio, failed, width=bar_width, color=COLOR_FAILED,
+         label="unsolvable ratio, failed day", **bar_style)
+    top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
+    if max_unsolvable_ratio is not None:
+        ax_ratio.axhline(max_unsolvable_ratio, color=COLOR_FAILED, ls="--", lw=1.2,
+                         label=f"validation threshold {max_unsolvable_ratio:g}")
+        top = max(top, max_unsolvable_ratio)
+    ax_ratio.set_ylim(0, max(0.05, min(1.0, top * 1.25)) if top <= 1 else top * 1.1)
+    ax_ratio.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
+    ax_ratio.set_ylabel("unsolvable")
+    _legend(ax_ratio)
+    ax_ratio.set_title("share of regions given up as unsolvable", fontsize=10, loc="left")
+
+    # Solves and refused tokens: side by side, or over a long range a line over the bars.
+    solves = _floats(frame["solves"])
+    refused = _floats(frame["refused_tokens"])
+    every = np.ones(n_days, dtype=bool)
+    if long_range:
+        _bar(ax_solves, x, solves, every, width=bar_width, color=COLOR_SOLVES,
+             label="solves (delivered a region)", **bar_style)
+        if np.isfinite(refused).any():
+            ax_solves.step(x, refused, where="mid", color=COLOR_FAILED, lw=1.2, label="refused tokens")
+    else:
+        half = bar_width / 2
+        _bar(ax_solves, x - half / 2, solves, every, width=half, color=COLOR_SOLVES,
+             label="solves (delivered a region)")
+        _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED,
+             label="refused tokens")
+    ax_solves.yaxis.get_major_locator().set_params(integer=True)
+    ax_solves.set_ylabel("count")
+    _legend(ax_solves)
+    ax_solves.set_title("solves and tokens the portal refused", fontsize=10, loc="left")
+
+    # Rows exported.
+    rows = _floats(frame["rows"])
+    _bar(ax_rows, x, rows, ~failed, width=bar_width, color=COLOR_ROWS, label="rows exported",
+         **bar_style)
+    _bar(ax_rows, x, rows, failed, width=bar_width, facecolor="none", edgecolor=COLOR_FAILED,
+         lw=1.2, label="rows fetched, not exported\n(failed day)")
+    ax_rows.yaxis.get_major_locator().set_params(integer=True)
+    ax_rows.set_ylabel("rows")
+    _legend(ax_rows)
+    ax_rows.set_title("rows in the day's records", fontsize=10, loc="left")
+
+    for ax, columns in ((ax_p95, ["p95_solve_seconds"]), (ax_ratio, ["unsolvable_ratio"]),
+                        (ax_solves, ["solves", "refused_tokens"]), (ax_rows, ["rows"])):
+        if ax is not ax_ratio:
+            ax.set_ylim(0, max(1, ax.get_ylim()[1]))
+        if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
+                    color=COLOR_MISSING, fontsize=11)
+    ax_rows.set_xlim(x[0] - 0.7, x[-1] + 0.7)
+    if n_days <= 14:  # ConciseDateFormatter would count hours here
+        ax_rows.xaxis.set_major_locator(mdates.DayLocator())
+        ax_rows.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))
+    else:
+        locator = mdates.AutoDateLocator(minticks=4, maxticks=12)
+        ax_rows.xaxis.set_major_locator(locator)
+        ax_rows.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    if 14 < n_days <= 92:
+        ax_rows.xaxis.set_minor_locator(mdates.DayLocator())
+
+    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing") if counts.get(s, 0))
+    fig.suptitle(f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} "
+                 f"({n_days} day{'s' if n_days != 1 else ''}: {summary})", fontsize=13)
+    return fig
+
+
+def build_report(data_dir, out_dir=None, max_unsolvable_ratio=None):
+    """Write solve_health.csv and solve_health.png; return (csv_path, png_path, frame).
+
+    `out_dir` defaults to `<data_dir>/report`; `max_unsolvable_ratio`, when given, draws the
+    validation threshold on the unsolvable panel. Raises NoHealthFilesError (a
+    FileNotFoundError) when the data dir holds no readable health file.
+    """
+    data_dir = Path(data_dir)
+    frame = load_health(data_dir)
+    out_dir = Path(out_dir) if out_dir is not None else data_dir / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out_dir / CSV_NAME, out_dir / PNG_NAME
+
+    text = frame.to_csv(index=False, date_format="%Y-%m-%d", float_format="%.10g", lineterminator="\n")
+    _atomic_write(csv_path, lambda f: f.write(text.encode("utf-8")))
+
+    fig = plot_health(frame, max_unsolvable_ratio)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    _atomic_write(png_path, lambda f: f.write(buffer.getvalue()))
+    return csv_path, png_path, frame
+
+
+def _cell(value, fmt):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(round(value) if fmt == "d" else value, fmt)
+
+
+def format_table(frame, days=TABLE_DAYS):
+    """The last `days` rows as a fixed-width text table; '-' where a number is unknown."""
+    spec = [("day", None, 10), ("status", None, 7), ("p95_s", ".1f", 6), ("p95_med7", ".1f", 8),
+            ("unsolv", ".0%", 6), ("solves", "d", 6), ("unsolv_n", "d", 8), ("refused", "d", 7),
+            ("submits", "d", 7), ("rows", "d", 7)]
+    source = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", "solves",
+              "unsolvable", "refused_tokens", "submits", "rows")
+    lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, fmt, width in spec)]
+    for row in frame.tail(days).itertuples(index=False):
+        row = row._asdict()
+        cells = []
+        for (name, fmt, width), key in zip(spec, source):
+            value = row[key]
+            if key == "day":
+                cells.append(f"{value:%Y-%m-%d}")
+            elif fmt is None:
+                cells.append(f"{value:<{width}}")
+            else:
+                cells.append(f"{_cell(value, fmt):>{width}}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def _ratio(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a ratio between 0 and 1")
+    return value
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m portal_export.report",
+        description="Write the solve-health report (solve_health.csv and solve_health.png) "
+                    "from the day health files in the data dir.")
+    parser.add_argument("--data-dir", metavar="DIR", default=os.environ.get("PORTAL_DATA_DIR") or "data",
+                        help="where the health files are (default: env PORTAL_DATA_DIR, else 'data')")
+    parser.add_argument("--out-dir", metavar="DIR", default=None,
+                        help="where the report goes (default: DATA_DIR/report)")
+    parser.add_argument("--max-unsolvable-ratio", type=_ratio, default=None, metavar="X",
+                        help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)")
+    args = parser.parse_args(argv)
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    log.addHandler(handler)
+    try:
+        csv_path, png_path, frame = build_report(args.data_dir, args.out_dir, args.max_unsolvable_ratio)
+    except NoHealthFilesError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        log.removeHandler(handler)
+
+    counts = frame["status"].value_counts()
+    shown = min(TABLE_DAYS, len(frame))
+    print(f"solve health, last {shown} of {len(frame)} days "
+          f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):")
+    print(format_table(frame))
+    print(f"table: {csv_path}")
+    print(f"plot:  {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
