@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import luigi
 import luigi.configuration
@@ -46,3 +47,303 @@ def luigi_cfg():
 def data_dir():
     from pathlib import Path
     return Path(os.environ["PORTAL_DATA_DIR"])
+
+
+# ----------------------------------------------------------------------------- the sandbox, live
+
+# The sandbox at a hundredth of real time and a client polling to match: a 5 s solve takes 50 ms.
+FAST_SANDBOX = dict(seed=3, time_scale=0.01, solve="fixed", solve_s=5.0)
+FAST_CLIENT = {
+    "captchaai": {"first_poll_s": 0.04, "poll_every_s": 0.02, "timeout_s": 3, "http_timeout_s": 2},
+    "portal": {"retry_base_s": 0.05, "retry_jitter_s": 0.02},
+}
+
+
+@pytest.fixture
+def sandbox():
+    """sandbox(**config) starts a Sandbox (stopped after the test)."""
+    from sandbox import Sandbox, SandboxConfig
+
+    started = []
+
+    def start(**overrides):
+        sb = Sandbox(SandboxConfig(**{**FAST_SANDBOX, **overrides})).start()
+        started.append(sb)
+        return sb
+
+    yield start
+    for sb in started:
+        sb.stop()
+
+
+def write_cfg(path, sections):
+    """A layered luigi.cfg (for LUIGI_CONFIG_PATH of subprocesses)."""
+    text = "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def live(sandbox, monkeypatch, luigi_cfg, tmp_path):
+    """A fast sandbox, and this process and its subprocesses pointed at it."""
+    from sandbox import SANDBOX_KEY
+
+    sb = sandbox()
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", SANDBOX_KEY)
+    monkeypatch.setenv("CAPTCHAAI_API_BASE", sb.captchaai_url)
+    monkeypatch.setenv("PORTAL_BASE_URL", sb.portal_url)
+    monkeypatch.setenv("SCHEDULER", "local")
+    for section, keys in FAST_CLIENT.items():
+        for key, value in keys.items():
+            luigi_cfg(section, key, value)
+    monkeypatch.setenv("LUIGI_CONFIG_PATH", str(write_cfg(tmp_path / "fast.cfg", FAST_CLIENT)))
+    return sb
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def luigid(tmp_path, monkeypatch):
+    """A central scheduler on a free loopback port, with the cap in its own config."""
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    port = free_port()
+    home = tmp_path / "luigid"
+    home.mkdir()
+    cfg = write_cfg(home / "luigid.cfg", {"resources": {"captchaai": 4},
+                                          "scheduler": {"retry_delay": 300, "record_task_history": "true"},
+                                          "task_history": {"db_connection": f"sqlite:///{home / 'history.db'}"}})
+    luigid_bin = str(Path(sys.executable).with_name("luigid"))
+    proc = subprocess.Popen([luigid_bin, "--address", "127.0.0.1", "--port", str(port), "--state-path",
+                             str(home / "state.pickle")], cwd=home, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+                            stdout=open(home / "luigid.log", "w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            requests.get(url, timeout=1, allow_redirects=False)
+            break
+        except requests.RequestException:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        raise RuntimeError(f"luigid did not start: {(home / 'luigid.log').read_text()}")
+    monkeypatch.setenv("LUIGI_SCHEDULER_URL", url)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+# ------------------------------------------------ the operator CLI (tests/test_ops_*.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def ops_cfg(tmp_path, monkeypatch):
+    """ops_cfg({section: {key: value}}): the fast client config plus these keys, for subprocesses.
+
+    Points LUIGI_CONFIG_PATH at the merged file (after `live`, which points it at the fast one).
+    """
+    def write(sections, name="ops.cfg"):
+        merged = {s: dict(keys) for s, keys in FAST_CLIENT.items()}
+        for section, keys in sections.items():
+            merged.setdefault(section, {}).update(keys)
+        path = write_cfg(tmp_path / name, merged)
+        monkeypatch.setenv("LUIGI_CONFIG_PATH", str(path))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def ops_cli(tmp_path):
+    """ops_cli(*argv, **env): run `python -m tasks ARGV` from the repository root (luigi.cfg is read there).
+
+    The environment is this process's (as `live` and `luigid` set it) plus `env`. Returns a
+    CompletedProcess with stdout and stderr as text; ops_cli.start(...) returns the Popen instead,
+    its output going to files whose text ops_cli.output(proc) reads.
+    """
+    import subprocess
+    import sys
+
+    procs = []
+
+    def command(argv):
+        return [sys.executable, "-m", "tasks", *map(str, argv)]
+
+    def run(*argv, timeout=60, **env):
+        return subprocess.run(command(argv), cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def start(*argv, **env):
+        n = len(procs)
+        out, err = open(tmp_path / f"ops_cli{n}.out", "w+"), open(tmp_path / f"ops_cli{n}.err", "w+")
+        proc = subprocess.Popen(command(argv), cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=err, text=True)
+        proc.out_path, proc.err_path = out.name, err.name
+        procs.append((proc, out, err))
+        return proc
+
+    def output(proc):
+        return Path(proc.out_path).read_text(), Path(proc.err_path).read_text()
+
+    run.start, run.output = start, output
+    yield run
+    for proc, out, err in procs:
+        if proc.poll() is None:
+            proc.send_signal(2)  # SIGINT: Luigi ends its task processes too
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        out.close()
+        err.close()
+
+
+# ------------------------------------------------------------- live runs of the real CLI (tests/test_live_*.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class CliRun:
+    """One finished `python -m tasks ...`: exit code, output, wall time."""
+
+    def __init__(self, code, out, err, seconds):
+        self.code, self.out, self.err, self.seconds = code, out, err, seconds
+
+    def __repr__(self):
+        return f"CliRun(code={self.code}, seconds={self.seconds:.2f}, err=...{self.err[-2000:]!r})"
+
+
+@pytest.fixture
+def cli():
+    """cli(*argv, timeout=60, **env): run `python -m tasks *argv` from the repository root with this
+    process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun."""
+    import subprocess
+    import sys
+    import time
+
+    def run(*argv, timeout=60, **env):
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "tasks", *argv], cwd=ROOT, env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=timeout)
+        return CliRun(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+    return run
+
+
+@pytest.fixture
+def fast_cfg(tmp_path, monkeypatch, luigi_cfg):
+    """fast_cfg({section: {key: value}}): keys layered over the `live` fixture's fast config, for this
+    process (luigi_cfg) and its subprocesses (a new LUIGI_CONFIG_PATH file)."""
+    import itertools
+
+    count = itertools.count()
+
+    def layer(sections):
+        merged = {section: dict(keys) for section, keys in FAST_CLIENT.items()}
+        for section, keys in sections.items():
+            merged.setdefault(section, {}).update(keys)
+            for key, value in keys.items():
+                luigi_cfg(section, key, value)
+        path = write_cfg(tmp_path / f"fast-{next(count)}.cfg", merged)
+        monkeypatch.setenv("LUIGI_CONFIG_PATH", str(path))
+        return path
+
+    return layer
+
+
+class Luigid:
+    """luigid on a free loopback port, configured as `make scheduler` does it; a test can
+    query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
+
+    def __init__(self, home):
+        import subprocess
+        import sys
+        import time
+
+        import requests
+
+        import configparser
+
+        from tasks.scheduler import luigid_config
+
+        self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.state_path, self.history_db, self.log = (self.home / "state.pickle", self.home / "history.db",
+                                                      self.home / "luigid.log")
+        # The config `make scheduler` writes (from luigi.cfg), with its state and history moved here.
+        cfg = luigid_config(self.home / "luigid.cfg")
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(cfg)
+        parser["scheduler"]["state_path"] = str(self.state_path)
+        parser["task_history"]["db_connection"] = f"sqlite:///{self.history_db}"
+        with open(cfg, "w") as f:
+            parser.write(f)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("luigid")), "--address", "127.0.0.1", "--port", str(port),
+             "--state-path", str(self.state_path)],
+            cwd=self.home, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        for _ in range(200):
+            try:
+                requests.get(self.url, timeout=1, allow_redirects=False)
+                return
+            except requests.RequestException:
+                time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
+
+    def rpc(self, method, **args):
+        import json
+
+        import requests
+
+        resp = requests.get(f"{self.url}/api/{method}", params={"data": json.dumps(args)}, timeout=10)
+        resp.raise_for_status()
+        return resp.json()["response"]
+
+    def task_list(self, status="", search=None):
+        """{task_id: task} of one status ("" for every one)."""
+        return self.rpc("task_list", status=status, upstream_status="", search=search)
+
+    def error(self, task_id):
+        """What the visualiser's error popup shows for a task: its on_failure text."""
+        import json
+
+        text = self.rpc("fetch_error", task_id=task_id)["error"]
+        return json.loads(text) if text.startswith('"') else text  # the worker sends it JSON-encoded
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def central(tmp_path):
+    """A Luigid for one test; `central.env` points a CLI run at it (SCHEDULER=central)."""
+    server = Luigid(tmp_path / "central")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_central(tmp_path_factory):
+    """One Luigid for a module's tests (each test uses days of its own, so task ids do not meet)."""
+    server = Luigid(tmp_path_factory.mktemp("central"))
+    yield server
+    server.stop()

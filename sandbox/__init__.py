@@ -1,0 +1,21 @@
+"""Local stand-ins for CaptchaAI and the partner portal, for the demo, tests and benchmarks.
+
+Independent of the project's packages on purpose: it checks the project's client
+against the protocol, not against the client's own idea of it.
+
+Protocol choices where the real service leaves room:
+- threadsinfo answers its fields bare, json=1 or not: {"threads": "5", "working_threads": N}.
+- the 'plaintext' fault ignores json=1 and answers a bare code: CAPCHA_NOT_READY for
+  res.php action=get (harmless, the task is untouched), ERROR_SERVER_ERROR otherwise.
+- the portal keeps, per session cookie, every (day, region) page it served, and checks
+  a token once (like siteverify): a refused token is spent unless the refusal came
+  before the token was looked at (no/unknown session, page never served to it).
+- fault schedule indexes count requests to the endpoint since its plans were installed
+  (start, or configure(faults=...)).
+"""
+from .config import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, SandboxConfig
+from .portal_data import REGIONS, expected_records, sitekey_for
+from .sandbox import Sandbox
+
+__all__ = ["Sandbox", "SandboxConfig", "FaultPlan", "SANDBOX_KEY", "NO_PLAN_KEY",
+           "REGIONS", "sitekey_for", "expected_records"]

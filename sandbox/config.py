@@ -1,0 +1,79 @@
+"""Sandbox settings: accounts, solve-time model, faults. Immutable; Sandbox.configure swaps a copy."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SANDBOX_KEY = "5a4db0c0ffee5a4db0c0ffee5a4db0c0"  # 32 chars, account with an active plan
+NO_PLAN_KEY = "0dead0beef0dead0beef0dead0beef00"  # 32 chars, account whose plan expired
+
+ENDPOINTS = ("in.php", "res.php", "portal_get", "portal_post")
+CAPTCHAAI_KINDS = ("html500", "html502", "plaintext", "server_error", "internal_error", "reset", "slow")
+PORTAL_KINDS = ("html500", "html502", "reset", "slow")
+SOLVE_MODELS = ("fixed", "uniform", "lognormal")
+HOST = "127.0.0.1"  # loopback only, never another interface
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Faults for one endpoint: seeded `rate` picking from `kinds`, plus a
+    deterministic `schedule` {request index: kind} that wins over the rate.
+    Indexes count requests to the endpoint since the plan was installed."""
+
+    rate: float = 0.0
+    kinds: tuple = CAPTCHAAI_KINDS
+    schedule: dict = field(default_factory=dict)
+    slow_s: float = 5.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "kinds", tuple(self.kinds))
+        object.__setattr__(self, "schedule", {int(i): k for i, k in self.schedule.items()})
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"fault rate must be within [0, 1], got {self.rate}")
+        unknown = (set(self.kinds) | set(self.schedule.values())) - set(CAPTCHAAI_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kind(s): {sorted(unknown)}")
+        if self.rate > 0 and not self.kinds:
+            raise ValueError("a fault rate needs at least one kind")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    seed: int = 1
+    time_scale: float = 1.0  # multiplies every sandbox duration
+    solve: str = "fixed"
+    solve_s: float = 20.0
+    solve_min_s: float = 5.0
+    solve_max_s: float = 30.0
+    solve_median_s: float = 15.0
+    solve_sigma: float = 0.5
+    threads: int = 5
+    unsolvable_sitekeys: frozenset = frozenset()  # sitekeys or region names
+    unsolvable_rate: float = 0.0
+    token_validity_s: float = 120.0
+    ban_after: int = 10
+    ban_s: float = 300.0
+    faults: dict = field(default_factory=dict)  # endpoint -> FaultPlan
+    records_per_region: tuple = (3, 12)
+    valid_keys: frozenset = frozenset({SANDBOX_KEY})
+    no_plan_keys: frozenset = frozenset({NO_PLAN_KEY})
+    balance: float = 12.345
+    captchaai_port: int = 0
+    portal_port: int = 0
+
+    def __post_init__(self):
+        for name in ("unsolvable_sitekeys", "valid_keys", "no_plan_keys"):
+            object.__setattr__(self, name, frozenset(getattr(self, name)))
+        if self.solve not in SOLVE_MODELS:
+            raise ValueError(f"solve must be one of {SOLVE_MODELS}, got {self.solve!r}")
+        if self.time_scale <= 0:
+            raise ValueError("time_scale must be > 0")
+        if self.threads < 0:
+            raise ValueError("threads must be >= 0")
+        unknown = set(self.faults) - set(ENDPOINTS)
+        if unknown:
+            raise ValueError(f"unknown fault endpoint(s) {sorted(unknown)}; use {ENDPOINTS}")
+        if any(not isinstance(p, FaultPlan) for p in self.faults.values()):
+            raise TypeError("faults values must be FaultPlan instances")
+        lo, hi = self.records_per_region
+        if not 0 <= lo <= hi:
+            raise ValueError("records_per_region must be (lo, hi) with 0 <= lo <= hi")
