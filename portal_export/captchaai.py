@@ -99,6 +99,7 @@ class CaptchaAI:
     def submit(self, params):
         """Start a task; returns its id. Tells a busy plan from one with no active plan."""
         fields = {"method": "userrecaptcha", **params}
+        idle = True  # no thread working at either refusal: how a key without an active plan looks
         for _ in range(2):
             (ok, value), detail = self._call("in.php", fields)
             if ok:
@@ -107,9 +108,19 @@ class CaptchaAI:
                 raise self._error(value, detail or "in.php")
             threads, working = self.threads()
             if working >= threads:
+                # Our own solves stay under the cap, so a full plan means someone else uses the key
+                # (or a killed run's tasks still hold threads until CaptchaAI finishes them).
+                log.warning("CaptchaAI refused a submit with %s: all %d plan threads busy (%d working): "
+                            "another consumer is using this key", ZERO_BALANCE, threads, working)
                 raise TransientError(ZERO_BALANCE, f"all {threads} plan threads busy")
             # A free thread shows: the plan may be missing, or a thread freed up since the refusal.
-            # Only a second refusal with a free thread showing proves there is no active plan.
+            idle = idle and working == 0
+        if not idle:
+            # Threads are working, so the plan is active: they freed and were taken again between our
+            # calls (another consumer, or a killed run's solves still held). Busy, not "no plan":
+            # tripping the breaker here would stop every run until an operator clears it.
+            raise TransientError(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
+        # Refused twice with nothing working at all: there is no active plan.
         raise self._error(ZERO_BALANCE, f"refused twice with {threads - working} of {threads} threads free: no active plan",
                           KeyLevelError)
 

@@ -8,8 +8,10 @@ import luigi
 from portal_export.health import day_health, validate
 
 from . import config, targets
+from .process import die_with_worker
 from .region import RegionExport
 from .secrets import format_failure
+from .visualiser import failure_shown
 
 
 class DayExport(luigi.Task):
@@ -28,6 +30,11 @@ class DayExport(luigi.Task):
                 "health": luigi.LocalTarget(targets.day_health_path(self.date))}
 
     def run(self):
+        die_with_worker()  # a killed run must not leave this process writing its day files
+        with failure_shown(self):
+            self.build()
+
+    def build(self):
         regions = config.regions()
         facts = {}
         for done, (region, target) in enumerate(self.input().items(), 1):

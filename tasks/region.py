@@ -13,6 +13,7 @@ from portal_export.portal import KNOWN_REGIONS
 from . import config, targets
 from .process import die_with_worker
 from .secrets import format_failure
+from .visualiser import failure_shown
 
 log = logging.getLogger(__name__)
 
@@ -20,9 +21,10 @@ log = logging.getLogger(__name__)
 def make_solver():
     cfg = config.captchaai()
     key = config.api_key()
+    breaker = KeyBreaker(config.state_dir(), key)
+    breaker.check()  # an open breaker fails the region at once, before it loads a page it cannot use
     return CaptchaAI(key, config.api_base(), timeout_s=cfg.timeout_s, first_poll_s=cfg.first_poll_s,
-                     poll_every_s=cfg.poll_every_s, http_timeout_s=cfg.http_timeout_s,
-                     breaker=KeyBreaker(config.state_dir(), key))
+                     poll_every_s=cfg.poll_every_s, http_timeout_s=cfg.http_timeout_s, breaker=breaker)
 
 
 class RegionExport(luigi.Task):
@@ -46,7 +48,11 @@ class RegionExport(luigi.Task):
 
     def run(self):
         die_with_worker()
-        attempt, started = 1, None
+        with failure_shown(self):
+            self.export()
+
+    def export(self):
+        attempt = 1
 
         def on_attempt(n):
             nonlocal attempt
@@ -66,8 +72,9 @@ class RegionExport(luigi.Task):
         facts = outcome.to_dict()
         with self.output().open("w") as f:
             json.dump(facts, f, ensure_ascii=False)
-        log.info("day %s region %s: %s, %d rows, tasks %s, solve %s s", self.date, self.region, outcome.status,
-                 facts["rows"], ",".join(outcome.task_ids), outcome.solve_seconds)
+        log.info("day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s", self.date, self.region,
+                 outcome.status, facts["rows"], ",".join(outcome.task_ids),
+                 "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s")
         self.set_status_message(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
         self.set_progress_percentage(100)
 

@@ -226,18 +226,27 @@ class CliRun:
 
 
 @pytest.fixture
-def cli():
+def cli(tmp_path):
     """cli(*argv, timeout=60, **env): run `python -m tasks *argv` from the repository root with this
-    process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun."""
+    process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun.
+
+    Output goes to files, not pipes: task processes log whole tracebacks in one write each, which a
+    regular file keeps whole where a pipe may interleave writes above PIPE_BUF."""
+    import itertools
     import subprocess
     import sys
     import time
 
+    count = itertools.count()
+
     def run(*argv, timeout=60, **env):
+        n = next(count)
+        out, err = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "tasks", *argv], cwd=ROOT, env={**os.environ, **env},
-                              capture_output=True, text=True, timeout=timeout)
-        return CliRun(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            code = subprocess.run([sys.executable, "-m", "tasks", *argv], cwd=ROOT, env={**os.environ, **env},
+                                  stdout=stdout, stderr=stderr, timeout=timeout).returncode
+        return CliRun(code, out.read_text(), err.read_text(), time.monotonic() - start)
 
     return run
 
@@ -324,7 +333,7 @@ class Luigid:
         """What the visualiser's error popup shows for a task: its on_failure text."""
         import json
 
-        text = self.rpc("fetch_error", task_id=task_id)["error"]
+        text = self.rpc("fetch_error", task_id=task_id)["error"] or ""
         return json.loads(text) if text.startswith('"') else text  # the worker sends it JSON-encoded
 
     def stop(self):
