@@ -8,9 +8,11 @@ exit code comes from luigi.cfg's [retcode].
 import argparse
 import datetime
 import json
+import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import luigi
@@ -28,6 +30,7 @@ from .day import DayExport
 from .region import RegionExport, make_solver
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
+LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 USAGE_ERROR = 2
 
 
@@ -101,29 +104,50 @@ def preflight(args):
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
 
 
-def plan_check(args, strict=False):
-    """Compare plan threads with the cap and workers; returns the problems (printed)."""
-    cap = luigi.configuration.get_config().getint("resources", "captchaai", 1)
+def luigid_cap(url):
+    """The captchaai cap in force on luigid: its own [resources], not this process's config."""
+    for resource in luigi.rpc.RemoteScheduler(url).resource_list():
+        if resource["name"] == "captchaai":
+            return resource["num_total"]
+    return 1  # luigid's default for a resource its config does not declare
+
+
+def plan_check(args, strict=False, url=None):
+    """Compare plan threads with the cap and workers; returns the problems (printed).
+
+    With a central scheduler at `url` the cap compared is luigid's, the one that holds.
+    """
+    if url:
+        cap, where = luigid_cap(url), f"luigid's at {url}"
+    else:
+        cap, where = luigi.configuration.get_config().getint("resources", "captchaai", 1), "[resources] captchaai"
     workers = worker_count(args)
     try:
         threads, working = make_solver().threads()
     except ExportError as err:
-        say(f"plan check: CaptchaAI answered {err}")
+        say(f"{'' if strict else 'warning: '}plan check: CaptchaAI answered {err}")
         if strict:
             raise
         return [str(err)]
     problems = plan_verdict(threads, cap, workers)
-    say(f"plan: {threads} threads, {working} working now; cap {cap} solves, {workers} workers: "
+    prefix = "warning: " if problems and not strict else ""
+    say(f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
         + ("ok" if not problems else "; ".join(problems)))
     if working >= threads:
-        say("plan: every thread is busy now: another consumer is using this key")
+        say(f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
+            "solves wait for threads to free up")
     return problems
+
+
+def task_ids(days):
+    """Luigi task ids of these days' DayExport and RegionExport tasks."""
+    ids = {DayExport(d).task_id for d in days}
+    return ids | {RegionExport(d, r).task_id for d in days for r in config.regions()}
 
 
 def reenable(url, days):
     """Let the operator's new run retry tasks luigid disabled after their one failure."""
-    wanted = {DayExport(d).task_id for d in days}
-    wanted |= {RegionExport(d, r).task_id for d in days for r in config.regions()}
+    wanted = task_ids(days)
     sched = luigi.rpc.RemoteScheduler(url)
     for task_id in sched.task_list("DISABLED", ""):
         if task_id in wanted:
@@ -131,25 +155,103 @@ def reenable(url, days):
             say(f"re-enabled {task_id}")
 
 
-def run_luigi(args, task_argv, days):
+def wait_for_other_runs(url, days):
+    """Wait while another run, sharing luigid, has work on these days that are not complete yet.
+
+    A worker exits once none of its tasks is pending, also while some are still running in another
+    run's worker: this run waits for that run's tasks (running, or pending with that run as a
+    stakeholder) to end, so that its final check sees what the other run delivered.
+    """
+    wanted = task_ids(days)
+    me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
+    sched = luigi.rpc.RemoteScheduler(url)
+    told = False
+    while not all(DayExport(d).complete() for d in days):
+        busy = [task_id for status in ("RUNNING", "PENDING")
+                for task_id, task in sched.task_list(status, "").items()
+                if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))]
+        if not busy:
+            return
+        if not told:
+            say(f"waiting for {len(busy)} task(s) of these days that another run has")
+            told = True
+        time.sleep(0.5)
+
+
+def log_to_stderr():
+    """Luigi's default logging covers its own logger only: the project's lines (task ids, retries,
+    busy plan threads) would be lost below WARNING and printed bare above. An operator's
+    [core] logging_conf_file decides instead."""
+    core = luigi.interface.core()
+    if core.logging_conf_file:
+        return
+    for name in ("portal_export", "tasks"):
+        logger = logging.getLogger(name)
+        if not any(getattr(h, "portal_export_cli", False) for h in logger.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
+            handler.portal_export_cli = True
+            logger.addHandler(handler)
+            logger.setLevel(getattr(logging, core.log_level, logging.INFO))
+
+
+def settle_done_cooldown(done_at):
+    """luigid keeps a task DONE for stable_done_cooldown_secs after it finished, whatever a worker
+    says (so that two runs do not run a just-finished task twice): a task made incomplete on
+    purpose within that time must wait it out to be run again."""
+    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - time.time()
+    if wait > 0:
+        say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")
+        time.sleep(wait)
+
+
+def run_luigi(args, task_argv, days, redone_at=None):
+    """Luigi's exit code for the run; 0 for tasks another run completed in the meantime.
+
+    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished.
+    """
+    log_to_stderr()
     sched_argv, url = choose_scheduler()
-    plan_check(args)
+    plan_check(args, url=url)
     if url:
         reenable(url, days)
-    argv = ["--module", "tasks", *task_argv, *sched_argv]
+        if redone_at:
+            settle_done_cooldown(redone_at)
+    # Luigi refuses a second process with the same command line while one runs (exit
+    # already_running); its lock lives in /tmp/luigi by default, machine-wide, so runs into other
+    # data dirs (another account, another config, a parallel test) would block each other. Here
+    # the lock covers one data dir: the same command on the same outputs.
+    locks = config.state_dir() / "luigi-locks"
+    locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+    argv = ["--module", "tasks", *task_argv, *sched_argv, "--lock-pid-dir", str(locks)]
     if args.workers:
         argv += ["--workers", str(args.workers)]
     try:
         luigi.retcodes.run_with_retcodes(argv)
     except SystemExit as done:
-        return done.code or 0
-    return 0
+        code = done.code or 0
+    else:
+        code = 0
+    # Tasks another run took over end this run's worker early: Luigi calls those still running
+    # "run by another worker" (already_running) and those done by then "not granted run
+    # permission" (not_run). What this run was asked for is the days: wait for the other run's
+    # tasks, then judge by the days' outputs.
+    codes = luigi.retcodes.retcode()
+    if code and code in (codes.already_running, codes.not_run):
+        if url:
+            wait_for_other_runs(url, days)
+        if all(DayExport(d).complete() for d in days):
+            return 0  # done, by whichever run did it
+        if code == codes.already_running:
+            say(f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})"
+                " or, through the central scheduler, tasks of these days")
+    return code
 
 
-def cmd_export(args):
+def cmd_export(args, redone_at=None):
     day = parse_day("DAY", args.day)
     preflight(args)
-    code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day])
+    code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
     if code == 0:
         say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
     else:
@@ -161,21 +263,26 @@ def cmd_backfill(args):
     start, stop = parse_day("START", args.start), parse_day("STOP", args.stop)
     if start >= stop:
         raise UsageError(f"START={start} must be before STOP={stop} (STOP is exclusive)")
+    if args.task_limit is not None and args.task_limit < 1:
+        raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
     preflight(args)
     today = utc_today()
     stop = min(stop, today + datetime.timedelta(days=1))  # never a day in the future
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
     limit = args.task_limit or len(days)
-    # RangeDaily clips its start to days_back before now and schedules task_limit days at most;
-    # both are widened to the range so that it covers exactly [START, STOP).
+    # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
+    # most; both are widened to the range so that it covers exactly [START, STOP). One day more
+    # than needed keeps START when the run crosses midnight UTC before RangeDaily reads the clock.
     task_argv = ["RangeDaily", "--of", "DayExport", "--start", start.isoformat(), "--stop", stop.isoformat(),
-                 "--days-back", str((today - start).days + 1), "--task-limit", str(limit)]
+                 "--days-back", str((today - start).days + 2), "--task-limit", str(limit)]
     if args.newest_first:
         task_argv.append("--reverse")
     code = run_luigi(args, task_argv, days)
     missing = [d for d in days if not DayExport(d).complete()]
     if missing:
-        say(f"backfill: {len(missing)} of {len(days)} days missing: {', '.join(map(str, missing))}")
+        failed = [d for d in missing if Path(targets.failed_health_path(d)).exists()]
+        say(f"backfill: {len(missing)} of {len(days)} days missing: {', '.join(map(str, missing))}"
+            + (f" (failed validation: {', '.join(map(str, failed))})" if failed else ""))
         return code or 1
     say(f"backfill: all {len(days)} days of [{start}, {stop}) complete in {config.data_dir()}")
     return code
@@ -185,17 +292,26 @@ def cmd_retry_unsolvable(args):
     day = parse_day("DAY", args.day)
     preflight(args)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    redone_at = None
     for region in config.regions():
         path = Path(targets.region_path(day, region))
         if path.exists() and json.loads(path.read_text()).get("status") == "unsolvable":
+            redone_at = max(redone_at or 0, path.stat().st_mtime)
             path.replace(path.with_name(f"{path.name}.unsolvable-{stamp}"))  # kept for the record
             say(f"retry-unsolvable: {day} {region} will be solved again")
-    return cmd_export(args)
+    if redone_at is None:
+        say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
+    else:
+        # A day that passed with an unsolvable region is rebuilt with the region solved again.
+        for path in (targets.day_records_path(day), targets.day_health_path(day)):
+            Path(path).unlink(missing_ok=True)
+    return cmd_export(args, redone_at)
 
 
 def cmd_plan(args):
     config.api_key()
-    problems = plan_check(args, strict=True)
+    _, url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
+    problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
 
 

@@ -39,8 +39,14 @@ def running_pid():
     try:
         pid = int(PIDFILE.read_text())
         os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    try:
+        if b"luigid" not in cmdline.read_bytes():
+            return None  # a stale pid file whose pid now belongs to another program: never signal it
+    except OSError:
+        pass  # no /proc here: trust the file
     return pid
 
 
@@ -53,8 +59,13 @@ def start(url, answers, say):
     if pid or answers(url):
         say(f"error: a central scheduler is already running at {url}" + (f" (pid {pid})" if pid else ""))
         return 1
+    PIDFILE.unlink(missing_ok=True)  # stale (else running_pid saw it): luigid would exit quietly on a live pid
     cfg = luigid_config(VAR / "luigid.cfg")
-    (VAR / "luigid").mkdir(parents=True, exist_ok=True)
+    # luigid daemonizes with umask 0: its pickle (loaded at its next start), history and logs
+    # would be world-writable. Directories only the operator can enter keep them private.
+    for private in (VAR / "luigid", VAR / "log"):
+        private.mkdir(parents=True, exist_ok=True)
+        private.chmod(0o700)
     luigid = Path(sys.executable).with_name("luigid")
     subprocess.run([str(luigid), "--background", "--pidfile", str(PIDFILE), "--logdir", str(VAR / "log"),
                     "--state-path", str(VAR / "luigid" / "state.pickle"), "--address", "127.0.0.1",
@@ -62,6 +73,8 @@ def start(url, answers, say):
                    cwd=VAR, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)}, check=True)
     for _ in range(100):
         if answers(url):
+            if PIDFILE.exists():
+                PIDFILE.chmod(0o644)  # written under umask 0 too: nobody else may redirect `scheduler-stop`
             say(f"scheduler: luigid running at {url} (pid {running_pid()}); visualiser {url}; "
                 f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`")
             return 0
@@ -78,7 +91,8 @@ def stop(say):
     os.kill(pid, signal.SIGTERM)  # luigid saves its state on the way out
     for _ in range(100):
         if running_pid() is None:
-            break
+            say(f"scheduler: stopped (pid {pid})")
+            return 0
         time.sleep(0.1)
-    say(f"scheduler: stopped (pid {pid})")
-    return 0
+    say(f"error: luigid (pid {pid}) still runs 10 s after SIGTERM")
+    return 1

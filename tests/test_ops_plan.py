@@ -1,0 +1,85 @@
+"""The plan check: `make plan` judges the cap and the workers against the plan's threads; every
+export and backfill does the same once at start and only warns; busy threads during a run are
+named in the log, and the run completes once they free up."""
+
+import datetime
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+DAY = datetime.date(2026, 9, 1)
+NORTH = {"portal": {"regions": "north"}}
+
+
+def test_make_plan_prints_threads_cap_workers_and_ok(live, ops_cli):
+    run = ops_cli("plan")
+    assert run.returncode == 0, run.stderr
+    assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.stderr
+
+
+@pytest.mark.parametrize("case, verdict", [
+    ("cap leaves no spare", "[resources] captchaai = 5 leaves no spare thread on a 5-thread plan: set it to 4"),
+    ("workers below cap", "2 workers cannot fill a cap of 4 solves: set [core] workers >= 4"),
+    ("smaller plan", "[resources] captchaai = 4 leaves no spare thread on a 3-thread plan: set it to 2"),
+])
+def test_make_plan_fails_on_a_bad_verdict(case, verdict, live, ops_cfg, ops_cli):
+    argv = ["plan"]
+    if case == "cap leaves no spare":
+        ops_cfg({"resources": {"captchaai": 5}})
+    elif case == "workers below cap":
+        argv = ["--workers", "2", "plan"]
+    else:
+        live.configure(threads=3)
+    run = ops_cli(*argv)
+    assert run.returncode == 1
+    assert verdict in run.stderr
+    assert "warning" not in run.stderr  # `make plan` fails; it does not merely warn
+
+
+def test_an_export_with_a_bad_verdict_warns_and_completes(live, ops_cfg, ops_cli, data_dir):
+    ops_cfg(NORTH)
+    run = ops_cli("--workers", "2", "export", DAY)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (line,) = [line for line in run.stderr.splitlines() if "plan:" in line]
+    assert line.startswith("warning: plan: 5 threads, 0 working now; cap 4 solves")
+    assert "2 workers cannot fill a cap of 4 solves" in line
+    assert (data_dir / f"portal_records_{DAY}.jsonl").exists()
+
+
+def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_free(live, ops_cfg, ops_cli, data_dir):
+    """Another consumer on the same key holds every plan thread until the run has said so."""
+    ops_cfg({**NORTH, "portal": {**NORTH["portal"], "attempts": 12, "retry_base_s": 0.05, "retry_jitter_s": 0.01}})
+    freed = threading.Event()
+
+    def other_consumer():  # holds overlap, so no thread is free until `freed`
+        while not freed.is_set():
+            live.occupy_threads(5, 30)  # 0.3 s at the sandbox's time scale; takes only free threads
+            time.sleep(0.1)
+
+    holder = threading.Thread(target=other_consumer, daemon=True)
+    holder.start()
+    try:
+        proc = ops_cli.start("export", DAY)
+        deadline = time.monotonic() + 30
+        while "CaptchaAI refused a submit with ERROR_ZERO_BALANCE" not in ops_cli.output(proc)[1]:
+            assert proc.poll() is None and time.monotonic() < deadline, ops_cli.output(proc)[1][-3000:]
+            time.sleep(0.05)
+    finally:
+        freed.set()
+        holder.join()
+    assert proc.wait(timeout=30) == 0, ops_cli.output(proc)[1][-3000:]
+
+    err = ops_cli.output(proc)[1]
+    assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
+    assert ("WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
+            "all 5 plan threads busy (5 working): another consumer is using this key") in err  # during the run
+    health = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())
+    north = health["regions"]["north"]
+    assert north["status"] == "ok" and north["attempts"] > 1
+    assert set(north["transient_errors"]) == {"ERROR_ZERO_BALANCE"}
+    stats = live.stats()
+    assert stats["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
+    assert stats["tokens"]["accepted"] == 1

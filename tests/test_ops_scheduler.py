@@ -1,0 +1,171 @@
+"""`make scheduler` / `make scheduler-stop`, and runs sharing one central scheduler.
+
+The scheduler tests point PORTAL_VAR_DIR at a temporary directory, so nothing touches the
+repository's var/.
+"""
+
+import datetime
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from urllib.parse import parse_qs, urlsplit
+
+import psutil
+import pytest
+import requests
+
+from .conftest import ROOT, free_port
+
+DAY = datetime.date(2026, 9, 1)
+REGIONS = ("north", "south", "east", "west")
+
+
+def rpc(url, method, **args):
+    resp = requests.get(f"{url}/api/{method}", params={"data": json.dumps(args)}, timeout=5)
+    resp.raise_for_status()
+    return resp.json()["response"]
+
+
+def answers(url):
+    try:
+        requests.get(url, timeout=1, allow_redirects=False)
+    except requests.RequestException:
+        return False
+    return True
+
+
+def gone(pid, within_s=5):
+    """The process ended (an exiting process or a zombie counts: it serves nothing)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def var(tmp_path, monkeypatch):
+    """A var dir and a free port for `make scheduler`; whatever it started is stopped afterwards."""
+    path = tmp_path / "var"
+    monkeypatch.setenv("PORTAL_VAR_DIR", str(path))
+    monkeypatch.setenv("LUIGI_SCHEDULER_URL", f"http://127.0.0.1:{free_port()}")
+    yield path
+    subprocess.run([sys.executable, "-m", "tasks", "scheduler-stop"], cwd=ROOT, capture_output=True, timeout=30)
+    pidfile = path / "luigid.pid"
+    if pidfile.exists():  # stop failed: do not leave a daemon behind
+        try:
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_stops(live, ops_cfg, ops_cli, var):
+    ops_cfg({"resources": {"captchaai": 3}, "portal": {"regions": "north"}})
+    url = os.environ["LUIGI_SCHEDULER_URL"]
+
+    started = ops_cli("scheduler")
+
+    assert started.returncode == 0, started.stderr
+    assert f"scheduler: luigid running at {url}" in started.stderr
+    assert answers(url)
+    pid = int((var / "luigid.pid").read_text())
+    listening = [c.laddr for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN]
+    assert [(a.ip, a.port) for a in listening] == [("127.0.0.1", urlsplit(url).port)]  # loopback only
+    cfg = (var / "luigid.cfg").read_text()  # written from the effective client config
+    assert "[resources]\ncaptchaai = 3\n" in cfg
+    assert "record_task_history = true" in cfg and f"sqlite:///{var / 'luigid' / 'history.db'}" in cfg
+    assert (var / "luigid" / "history.db").exists()
+    assert (var / "luigid").stat().st_mode & 0o777 == 0o700  # luigid writes with umask 0
+    assert (var / "luigid.pid").stat().st_mode & 0o022 == 0
+    assert rpc(url, "resource_list")[0] | {"running": None} == {  # the cap in luigid's own config
+        "name": "captchaai", "num_total": 3, "num_used": 0, "num_consumer": 0, "running": None}
+
+    second = ops_cli("scheduler")
+
+    assert second.returncode == 1
+    assert f"error: a central scheduler is already running at {url} (pid {pid})" in second.stderr
+    assert psutil.pid_exists(pid) and answers(url)
+
+    export = ops_cli("export", DAY, SCHEDULER="auto")
+
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert f"scheduler: central at {url}" in export.stderr
+    assert f"cap 3 solves (luigid's at {url})" in export.stderr  # the cap that holds, not luigi.cfg's 4
+    history = requests.get(f"{url}/history", timeout=5).text
+    assert "DayExport" in history and "RegionExport" in history
+    with sqlite3.connect(var / "luigid" / "history.db") as db:
+        events = set(db.execute("select t.name, e.event_name from tasks t join task_events e on e.task_id = t.id"))
+    assert {("DayExport", "DONE"), ("RegionExport", "RUNNING"), ("RegionExport", "DONE")} <= events
+    day_id = next(i for i, t in rpc(url, "task_list", status="DONE").items() if t["name"] == "DayExport")
+
+    stopped = ops_cli("scheduler-stop")
+
+    assert stopped.returncode == 0 and f"scheduler: stopped (pid {pid})" in stopped.stderr
+    assert not answers(url) and gone(pid)
+    assert (var / "luigid" / "state.pickle").exists()
+    assert ops_cli("scheduler-stop").stderr == "scheduler: not running\n"
+
+    assert ops_cli("scheduler").returncode == 0  # restarted, it has its state back
+    assert rpc(url, "task_list", status="DONE")[day_id]["name"] == "DayExport"
+
+
+def submits_by_day(sb):
+    return Counter(parse_qs(urlsplit(t["pageurl"]).query)["day"][0] for t in sb.tasks())
+
+
+def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luigid, ops_cli, data_dir):
+    """Overlapping ranges: shared days are solved once, and each run waits for slots and for the
+    other run's work instead of exiting; 2 runs x 4 workers never put more than 4 solves in flight.
+    (Luigi's summary may still list tasks the other run did as "not granted run permission" or
+    "run by another worker"; the exit code judges by the days.)"""
+    live.configure(solve_s=50)  # 0.5 s per solve: solves overlap
+    first = ops_cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
+    second = ops_cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
+
+    codes = [first.wait(timeout=60), second.wait(timeout=60)]
+
+    errs = [ops_cli.output(p)[1] for p in (first, second)]
+    stats = live.stats()
+    why = {"codes": codes, "threads": stats["threads"], "first": errs[0][-2500:], "second": errs[1][-2500:]}
+    assert codes == [0, 0], why
+    assert "backfill: all 4 days of [2026-09-01, 2026-09-05) complete" in errs[0]
+    assert "backfill: all 4 days of [2026-09-03, 2026-09-07) complete" in errs[1]
+    assert all(f"scheduler: central at {luigid}" in e for e in errs)
+    days = [f"2026-09-0{d}" for d in range(1, 7)]
+    assert all((data_dir / f"portal_records_{d}.jsonl").exists() for d in days)
+    assert submits_by_day(live) == {d: 4 for d in days}, why  # every region once, whichever run did it
+    assert stats["threads"]["peak"] == 4, why  # the cap filled, and never exceeded
+    assert stats["tokens"]["accepted"] == 24
+
+
+def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, ops_cfg, ops_cli, tmp_path):
+    """Luigi's own lock (one process per command line) covers one data dir: the same export into
+    another data dir runs alongside; into the same one it exits already_running, solving nothing."""
+    live.configure(solve_s=200)  # 2 s per solve: the first run holds its lock meanwhile
+    ops_cfg({"portal": {"regions": "north"}})
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    first = ops_cli.start("export", DAY, PORTAL_DATA_DIR=str(mine))
+    alongside = ops_cli.start("export", DAY, PORTAL_DATA_DIR=str(other))
+    deadline = time.monotonic() + 20
+    while "Running Worker" not in ops_cli.output(first)[1]:  # past the lock, solving
+        assert first.poll() is None and time.monotonic() < deadline, ops_cli.output(first)[1][-2000:]
+        time.sleep(0.05)
+
+    twin = ops_cli("export", DAY, PORTAL_DATA_DIR=str(mine))
+
+    assert twin.returncode == 10, twin.stderr[-2000:]  # [retcode] already_running
+    assert "already running" in twin.stdout
+    assert f"Luigi's lock in {mine / '_state' / 'luigi-locks'}" in twin.stderr
+    assert first.poll() is None  # the twin returned while the first run was still solving
+    assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
+    assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()
+    assert len(live.tasks()) == 2  # one solve per data dir; the twin sent nothing
