@@ -5,6 +5,7 @@ import luigi
 import luigi.configuration
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
 
 
@@ -110,110 +111,14 @@ def free_port():
 
 @pytest.fixture
 def luigid(tmp_path, monkeypatch):
-    """A central scheduler on a free loopback port, with the cap in its own config."""
-    import subprocess
-    import sys
-    import time
-
-    import requests
-
-    port = free_port()
-    home = tmp_path / "luigid"
-    home.mkdir()
-    cfg = write_cfg(home / "luigid.cfg", {"resources": {"captchaai": 4},
-                                          "scheduler": {"retry_delay": 300, "record_task_history": "true"},
-                                          "task_history": {"db_connection": f"sqlite:///{home / 'history.db'}"}})
-    luigid_bin = str(Path(sys.executable).with_name("luigid"))
-    proc = subprocess.Popen([luigid_bin, "--address", "127.0.0.1", "--port", str(port), "--state-path",
-                             str(home / "state.pickle")], cwd=home, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
-                            stdout=open(home / "luigid.log", "w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            requests.get(url, timeout=1, allow_redirects=False)
-            break
-        except requests.RequestException:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        raise RuntimeError(f"luigid did not start: {(home / 'luigid.log').read_text()}")
-    monkeypatch.setenv("LUIGI_SCHEDULER_URL", url)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-# ------------------------------------------------ the operator CLI (tests/test_ops_*.py)
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def ops_cfg(tmp_path, monkeypatch):
-    """ops_cfg({section: {key: value}}): the fast client config plus these keys, for subprocesses.
-
-    Points LUIGI_CONFIG_PATH at the merged file (after `live`, which points it at the fast one).
-    """
-    def write(sections, name="ops.cfg"):
-        merged = {s: dict(keys) for s, keys in FAST_CLIENT.items()}
-        for section, keys in sections.items():
-            merged.setdefault(section, {}).update(keys)
-        path = write_cfg(tmp_path / name, merged)
-        monkeypatch.setenv("LUIGI_CONFIG_PATH", str(path))
-        return path
-
-    return write
-
-
-@pytest.fixture
-def ops_cli(tmp_path):
-    """ops_cli(*argv, **env): run `python -m tasks ARGV` from the repository root (luigi.cfg is read there).
-
-    The environment is this process's (as `live` and `luigid` set it) plus `env`. Returns a
-    CompletedProcess with stdout and stderr as text; ops_cli.start(...) returns the Popen instead,
-    its output going to files whose text ops_cli.output(proc) reads.
-    """
-    import subprocess
-    import sys
-
-    procs = []
-
-    def command(argv):
-        return [sys.executable, "-m", "tasks", *map(str, argv)]
-
-    def run(*argv, timeout=60, **env):
-        return subprocess.run(command(argv), cwd=ROOT, env={**os.environ, **env}, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def start(*argv, **env):
-        n = len(procs)
-        out, err = open(tmp_path / f"ops_cli{n}.out", "w+"), open(tmp_path / f"ops_cli{n}.err", "w+")
-        proc = subprocess.Popen(command(argv), cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=err, text=True)
-        proc.out_path, proc.err_path = out.name, err.name
-        procs.append((proc, out, err))
-        return proc
-
-    def output(proc):
-        return Path(proc.out_path).read_text(), Path(proc.err_path).read_text()
-
-    run.start, run.output = start, output
-    yield run
-    for proc, out, err in procs:
-        if proc.poll() is None:
-            proc.send_signal(2)  # SIGINT: Luigi ends its task processes too
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        out.close()
-        err.close()
+    """The URL of a central scheduler for one test, which LUIGI_SCHEDULER_URL points at."""
+    server = Luigid(tmp_path / "luigid")
+    monkeypatch.setenv("LUIGI_SCHEDULER_URL", server.url)
+    yield server.url
+    server.stop()
 
 
 # ------------------------------------------------------------- live runs of the real CLI (tests/test_live_*.py)
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 class CliRun:
     """One finished `python -m tasks ...`: exit code, output, wall time."""
@@ -233,22 +138,43 @@ def cli(tmp_path):
     Output goes to files, not pipes: task processes log whole tracebacks in one write each, which a
     regular file keeps whole where a pipe may interleave writes above PIPE_BUF."""
     import itertools
+    import signal
     import subprocess
     import sys
     import time
 
     count = itertools.count()
+    started = []
+
+    def start(*argv, **env):
+        """The run in the background: a Popen, whose output cli.output(proc) reads."""
+        n = next(count)
+        proc = subprocess.Popen([sys.executable, "-m", "tasks", *map(str, argv)], cwd=ROOT,
+                                env={**os.environ, **env}, stdout=open(tmp_path / f"cli-{n}.out", "w"),
+                                stderr=open(tmp_path / f"cli-{n}.err", "w"))
+        proc.out_path, proc.err_path = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
+        started.append(proc)
+        return proc
+
+    def output(proc):
+        return proc.out_path.read_text(), proc.err_path.read_text()
 
     def run(*argv, timeout=60, **env):
-        n = next(count)
-        out, err = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
-        start = time.monotonic()
-        with open(out, "w") as stdout, open(err, "w") as stderr:
-            code = subprocess.run([sys.executable, "-m", "tasks", *argv], cwd=ROOT, env={**os.environ, **env},
-                                  stdout=stdout, stderr=stderr, timeout=timeout).returncode
-        return CliRun(code, out.read_text(), err.read_text(), time.monotonic() - start)
+        begin = time.monotonic()
+        proc = start(*argv, **env)
+        code = proc.wait(timeout=timeout)
+        return CliRun(code, *output(proc), time.monotonic() - begin)
 
-    return run
+    run.start, run.output = start, output
+    yield run
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # Luigi ends its task processes too
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture

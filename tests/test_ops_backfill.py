@@ -41,18 +41,18 @@ def submits_by_day(sb):
     return Counter(datetime.date.fromisoformat(parse_qs(urlsplit(t["pageurl"]).query)["day"][0]) for t in sb.tasks())
 
 
-def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, ops_cfg, ops_cli, data_dir):
+def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, cli, data_dir):
     """RangeDaily alone would clip START to 100 days back and schedule 50 days, then exit 0."""
-    ops_cfg(NORTH)
+    fast_cfg(NORTH)
     today = utc_today()
     start, stop = today - datetime.timedelta(days=110), today - datetime.timedelta(days=50)
     days = days_of(start, stop)
     assert len(days) == 60
 
-    run = ops_cli("backfill", start, stop)
+    run = cli("backfill", start, stop)
 
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert f"backfill: all 60 days of [{start}, {stop}) complete" in run.stderr
+    assert run.code == 0, run.err[-3000:]
+    assert f"backfill: all 60 days of [{start}, {stop}) complete" in run.err
     assert exported_days(data_dir) == set(days)  # every day of the range, and none outside it
     for day in days:
         assert all(p.exists() for p in day_files(data_dir, day)), day
@@ -60,9 +60,9 @@ def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, ops_cfg, op
 
 
 def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun_touches_no_complete_day(
-        live, ops_cfg, data_dir):
+        live, fast_cfg, data_dir):
     """Through make, with the contract's variables; STOP = today, which is exclusive."""
-    ops_cfg(NORTH)
+    fast_cfg(NORTH)
     today = utc_today()
     start = today - datetime.timedelta(days=5)
     days = days_of(start, today)
@@ -88,19 +88,19 @@ def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun
     assert {p: p.stat().st_mtime_ns for p in done} == done  # and none of their files rewritten
 
 
-def test_days_that_fail_validation_make_the_backfill_fail_and_are_named(live, ops_cfg, ops_cli, data_dir):
+def test_days_that_fail_validation_make_the_backfill_fail_and_are_named(live, fast_cfg, cli, data_dir):
     """SCHEDULER=auto without a central scheduler runs locally and says so."""
-    ops_cfg(NORTH)
+    fast_cfg(NORTH)
     live.configure(unsolvable_sitekeys=frozenset({"north"}))  # 1 of 1 regions unsolvable: above 0.25
     start = utc_today() - datetime.timedelta(days=30)
     stop = start + datetime.timedelta(days=2)
 
-    run = ops_cli("backfill", start, stop, SCHEDULER="auto", LUIGI_SCHEDULER_URL="http://127.0.0.1:9")
+    run = cli("backfill", start, stop, SCHEDULER="auto", LUIGI_SCHEDULER_URL="http://127.0.0.1:9")
 
-    assert run.returncode == 30, run.stderr[-3000:]  # [retcode] task_failed
-    assert "scheduler: local (no central scheduler answers at http://127.0.0.1:9)" in run.stderr
+    assert run.code == 30, run.err[-3000:]  # [retcode] task_failed
+    assert "scheduler: local (no central scheduler answers at http://127.0.0.1:9)" in run.err
     named = f"{start}, {start + datetime.timedelta(days=1)}"
-    assert f"backfill: 2 of 2 days missing: {named} (failed validation: {named})" in run.stderr
+    assert f"backfill: 2 of 2 days missing: {named} (failed validation: {named})" in run.err
     assert exported_days(data_dir) == set()
 
 

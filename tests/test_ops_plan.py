@@ -14,10 +14,10 @@ DAY = datetime.date(2026, 9, 1)
 NORTH = {"portal": {"regions": "north"}}
 
 
-def test_make_plan_prints_threads_cap_workers_and_ok(live, ops_cli):
-    run = ops_cli("plan")
-    assert run.returncode == 0, run.stderr
-    assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.stderr
+def test_make_plan_prints_threads_cap_workers_and_ok(live, cli):
+    run = cli("plan")
+    assert run.code == 0, run.err
+    assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.err
 
 
 @pytest.mark.parametrize("case, verdict", [
@@ -25,33 +25,33 @@ def test_make_plan_prints_threads_cap_workers_and_ok(live, ops_cli):
     ("workers below cap", "2 workers cannot fill a cap of 4 solves: set [core] workers >= 4"),
     ("smaller plan", "[resources] captchaai = 4 leaves no spare thread on a 3-thread plan: set it to 2"),
 ])
-def test_make_plan_fails_on_a_bad_verdict(case, verdict, live, ops_cfg, ops_cli):
+def test_make_plan_fails_on_a_bad_verdict(case, verdict, live, fast_cfg, cli):
     argv = ["plan"]
     if case == "cap leaves no spare":
-        ops_cfg({"resources": {"captchaai": 5}})
+        fast_cfg({"resources": {"captchaai": 5}})
     elif case == "workers below cap":
         argv = ["--workers", "2", "plan"]
     else:
         live.configure(threads=3)
-    run = ops_cli(*argv)
-    assert run.returncode == 1
-    assert verdict in run.stderr
-    assert "warning" not in run.stderr  # `make plan` fails; it does not merely warn
+    run = cli(*argv)
+    assert run.code == 1
+    assert verdict in run.err
+    assert "warning" not in run.err  # `make plan` fails; it does not merely warn
 
 
-def test_an_export_with_a_bad_verdict_warns_and_completes(live, ops_cfg, ops_cli, data_dir):
-    ops_cfg(NORTH)
-    run = ops_cli("--workers", "2", "export", DAY)
-    assert run.returncode == 0, run.stderr[-3000:]
-    (line,) = [line for line in run.stderr.splitlines() if "plan:" in line]
+def test_an_export_with_a_bad_verdict_warns_and_completes(live, fast_cfg, cli, data_dir):
+    fast_cfg(NORTH)
+    run = cli("--workers", "2", "export", DAY)
+    assert run.code == 0, run.err[-3000:]
+    (line,) = [line for line in run.err.splitlines() if "plan:" in line]
     assert line.startswith("warning: plan: 5 threads, 0 working now; cap 4 solves")
     assert "2 workers cannot fill a cap of 4 solves" in line
     assert (data_dir / f"portal_records_{DAY}.jsonl").exists()
 
 
-def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_free(live, ops_cfg, ops_cli, data_dir):
+def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_free(live, fast_cfg, cli, data_dir):
     """Another consumer on the same key holds every plan thread until the run has said so."""
-    ops_cfg({**NORTH, "portal": {**NORTH["portal"], "attempts": 12, "retry_base_s": 0.05, "retry_jitter_s": 0.01}})
+    fast_cfg({**NORTH, "portal": {**NORTH["portal"], "attempts": 12, "retry_base_s": 0.05, "retry_jitter_s": 0.01}})
     freed = threading.Event()
 
     def other_consumer():  # holds overlap, so no thread is free until `freed`
@@ -62,17 +62,17 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
     holder = threading.Thread(target=other_consumer, daemon=True)
     holder.start()
     try:
-        proc = ops_cli.start("export", DAY)
+        proc = cli.start("export", DAY)
         deadline = time.monotonic() + 30
-        while "CaptchaAI refused a submit with ERROR_ZERO_BALANCE" not in ops_cli.output(proc)[1]:
-            assert proc.poll() is None and time.monotonic() < deadline, ops_cli.output(proc)[1][-3000:]
+        while "CaptchaAI refused a submit with ERROR_ZERO_BALANCE" not in cli.output(proc)[1]:
+            assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
             time.sleep(0.05)
     finally:
         freed.set()
         holder.join()
-    assert proc.wait(timeout=30) == 0, ops_cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
 
-    err = ops_cli.output(proc)[1]
+    err = cli.output(proc)[1]
     assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
     assert ("WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
             "all 5 plan threads busy (5 working): another consumer is using this key") in err  # during the run

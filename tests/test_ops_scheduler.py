@@ -68,14 +68,14 @@ def var(tmp_path, monkeypatch):
             pass
 
 
-def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_stops(live, ops_cfg, ops_cli, var):
-    ops_cfg({"resources": {"captchaai": 3}, "portal": {"regions": "north"}})
+def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_stops(live, fast_cfg, cli, var):
+    fast_cfg({"resources": {"captchaai": 3}, "portal": {"regions": "north"}})
     url = os.environ["LUIGI_SCHEDULER_URL"]
 
-    started = ops_cli("scheduler")
+    started = cli("scheduler")
 
-    assert started.returncode == 0, started.stderr
-    assert f"scheduler: luigid running at {url}" in started.stderr
+    assert started.code == 0, started.err
+    assert f"scheduler: luigid running at {url}" in started.err
     assert answers(url)
     pid = int((var / "luigid.pid").read_text())
     listening = [c.laddr for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN]
@@ -89,17 +89,17 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
     assert rpc(url, "resource_list")[0] | {"running": None} == {  # the cap in luigid's own config
         "name": "captchaai", "num_total": 3, "num_used": 0, "num_consumer": 0, "running": None}
 
-    second = ops_cli("scheduler")
+    second = cli("scheduler")
 
-    assert second.returncode == 1
-    assert f"error: a central scheduler is already running at {url} (pid {pid})" in second.stderr
+    assert second.code == 1
+    assert f"error: a central scheduler is already running at {url} (pid {pid})" in second.err
     assert psutil.pid_exists(pid) and answers(url)
 
-    export = ops_cli("export", DAY, SCHEDULER="auto")
+    export = cli("export", DAY, SCHEDULER="auto")
 
-    assert export.returncode == 0, export.stderr[-3000:]
-    assert f"scheduler: central at {url}" in export.stderr
-    assert f"cap 3 solves (luigid's at {url})" in export.stderr  # the cap that holds, not luigi.cfg's 4
+    assert export.code == 0, export.err[-3000:]
+    assert f"scheduler: central at {url}" in export.err
+    assert f"cap 3 solves (luigid's at {url})" in export.err  # the cap that holds, not luigi.cfg's 4
     history = requests.get(f"{url}/history", timeout=5).text
     assert "DayExport" in history and "RegionExport" in history
     with sqlite3.connect(var / "luigid" / "history.db") as db:
@@ -107,14 +107,14 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
     assert {("DayExport", "DONE"), ("RegionExport", "RUNNING"), ("RegionExport", "DONE")} <= events
     day_id = next(i for i, t in rpc(url, "task_list", status="DONE").items() if t["name"] == "DayExport")
 
-    stopped = ops_cli("scheduler-stop")
+    stopped = cli("scheduler-stop")
 
-    assert stopped.returncode == 0 and f"scheduler: stopped (pid {pid})" in stopped.stderr
+    assert stopped.code == 0 and f"scheduler: stopped (pid {pid})" in stopped.err
     assert not answers(url) and gone(pid)
     assert (var / "luigid" / "state.pickle").exists()
-    assert ops_cli("scheduler-stop").stderr == "scheduler: not running\n"
+    assert cli("scheduler-stop").err == "scheduler: not running\n"
 
-    assert ops_cli("scheduler").returncode == 0  # restarted, it has its state back
+    assert cli("scheduler").code == 0  # restarted, it has its state back
     assert rpc(url, "task_list", status="DONE")[day_id]["name"] == "DayExport"
 
 
@@ -122,18 +122,18 @@ def submits_by_day(sb):
     return Counter(parse_qs(urlsplit(t["pageurl"]).query)["day"][0] for t in sb.tasks())
 
 
-def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luigid, ops_cli, data_dir):
+def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luigid, cli, data_dir):
     """Overlapping ranges: shared days are solved once, and each run waits for slots and for the
     other run's work instead of exiting; 2 runs x 4 workers never put more than 4 solves in flight.
     (Luigi's summary may still list tasks the other run did as "not granted run permission" or
     "run by another worker"; the exit code judges by the days.)"""
     live.configure(solve_s=50)  # 0.5 s per solve: solves overlap
-    first = ops_cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
-    second = ops_cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
+    first = cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
+    second = cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
 
     codes = [first.wait(timeout=60), second.wait(timeout=60)]
 
-    errs = [ops_cli.output(p)[1] for p in (first, second)]
+    errs = [cli.output(p)[1] for p in (first, second)]
     stats = live.stats()
     why = {"codes": codes, "threads": stats["threads"], "first": errs[0][-2500:], "second": errs[1][-2500:]}
     assert codes == [0, 0], why
@@ -147,24 +147,24 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luig
     assert stats["tokens"]["accepted"] == 24
 
 
-def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, ops_cfg, ops_cli, tmp_path):
+def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg, cli, tmp_path):
     """Luigi's own lock (one process per command line) covers one data dir: the same export into
     another data dir runs alongside; into the same one it exits already_running, solving nothing."""
     live.configure(solve_s=200)  # 2 s per solve: the first run holds its lock meanwhile
-    ops_cfg({"portal": {"regions": "north"}})
+    fast_cfg({"portal": {"regions": "north"}})
     mine, other = tmp_path / "mine", tmp_path / "other"
-    first = ops_cli.start("export", DAY, PORTAL_DATA_DIR=str(mine))
-    alongside = ops_cli.start("export", DAY, PORTAL_DATA_DIR=str(other))
+    first = cli.start("export", DAY, PORTAL_DATA_DIR=str(mine))
+    alongside = cli.start("export", DAY, PORTAL_DATA_DIR=str(other))
     deadline = time.monotonic() + 20
-    while "Running Worker" not in ops_cli.output(first)[1]:  # past the lock, solving
-        assert first.poll() is None and time.monotonic() < deadline, ops_cli.output(first)[1][-2000:]
+    while "Running Worker" not in cli.output(first)[1]:  # past the lock, solving
+        assert first.poll() is None and time.monotonic() < deadline, cli.output(first)[1][-2000:]
         time.sleep(0.05)
 
-    twin = ops_cli("export", DAY, PORTAL_DATA_DIR=str(mine))
+    twin = cli("export", DAY, PORTAL_DATA_DIR=str(mine))
 
-    assert twin.returncode == 10, twin.stderr[-2000:]  # [retcode] already_running
-    assert "already running" in twin.stdout
-    assert f"Luigi's lock in {mine / '_state' / 'luigi-locks'}" in twin.stderr
+    assert twin.code == 10, twin.err[-2000:]  # [retcode] already_running
+    assert "already running" in twin.out
+    assert f"Luigi's lock in {mine / '_state' / 'luigi-locks'}" in twin.err
     assert first.poll() is None  # the twin returned while the first run was still solving
     assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
     assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()

@@ -25,11 +25,11 @@ def tasks_of(url, family, status):
     return {i: t for i, t in rpc(url, "task_list", status=status, upstream_status="").items() if t["name"] == family}
 
 
-def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, ops_cfg,
-                                                                                      ops_cli):
+def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg,
+                                                                                      cli):
     live.configure(solve_s=150)  # 1.5 s per solve, polled every 0.2 s: several polls in flight
-    ops_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
-    proc = ops_cli.start("export", DAY, SCHEDULER="central")
+    fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
+    proc = cli.start("export", DAY, SCHEDULER="central")
 
     seen = {}  # task id -> [(message, progress), ...] while RUNNING
     deadline = time.monotonic() + 30
@@ -39,7 +39,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
             progress = rpc(luigid, "get_task_progress_percentage", task_id=task_id)["progressPercentage"]
             seen.setdefault(task_id, []).append((task["params"]["region"], message, progress))
         time.sleep(0.1)
-    assert proc.wait(timeout=30) == 0, ops_cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
 
     assert len(seen) == 4
     served = {t["id"]: t for t in live.tasks()}
@@ -69,13 +69,13 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
     assert rpc(luigid, "get_task_progress_percentage", task_id=day_id)["progressPercentage"] == 100
 
 
-def test_a_failed_region_names_its_error_code_and_never_the_key(live, luigid, ops_cfg, ops_cli):
+def test_a_failed_region_names_its_error_code_and_never_the_key(live, luigid, fast_cfg, cli):
     live.configure(faults={"in.php": FaultPlan(rate=1.0, kinds=("server_error",))})
-    ops_cfg({"portal": {"regions": "north", "attempts": 2}})
+    fast_cfg({"portal": {"regions": "north", "attempts": 2}})
 
-    run = ops_cli("export", DAY, SCHEDULER="central")
+    run = cli("export", DAY, SCHEDULER="central")
 
-    assert run.returncode == 30, run.stderr[-3000:]  # [retcode] task_failed
+    assert run.code == 30, run.err[-3000:]  # [retcode] task_failed
     failed = {**tasks_of(luigid, "RegionExport", "FAILED"), **tasks_of(luigid, "RegionExport", "DISABLED")}
     ((task_id, task),) = failed.items()
     error = json.loads(rpc(luigid, "fetch_error", task_id=task_id)["error"])  # Luigi stores it JSON-encoded
@@ -85,6 +85,6 @@ def test_a_failed_region_names_its_error_code_and_never_the_key(live, luigid, op
     everything = json.dumps([rpc(luigid, "task_list", status=s, upstream_status="")
                              for s in ("", "FAILED", "DISABLED", "PENDING", "DONE")])
     everything += error + json.dumps(rpc(luigid, "get_task_status_message", task_id=task_id))
-    everything += json.dumps(rpc(luigid, "worker_list")) + run.stdout + run.stderr
+    everything += json.dumps(rpc(luigid, "worker_list")) + run.out + run.err
     assert SANDBOX_KEY not in everything
-    assert "ERROR_SERVER_ERROR" in run.stderr
+    assert "ERROR_SERVER_ERROR" in run.err
