@@ -75,6 +75,14 @@ scheduler: $(VENV)/.installed ## start luigid in the background on LUIGI_SCHEDUL
 scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler
 	$(RUN) scheduler-stop
 
+.PHONY: bench
+bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines (~5 min); table also in bench/results.md
+	BENCH_COMMAND="make bench" $(PY) -m bench
+
+.PHONY: bench-scale
+bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 min); also into bench/results.md
+	BENCH_COMMAND="make bench-scale" $(PY) -m bench --scale
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) build *.egg-info .pytest_cache

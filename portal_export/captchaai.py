@@ -136,10 +136,10 @@ class CaptchaAI:
             self._sleep(max(0.0, tick - self._clock()))
             (ok, value), detail = self._call("res.php", {"action": "get", "id": task_id})
             polls += 1
+            if ok:
+                return str(value)  # the token goes straight to its post: no progress report first
             if on_poll is not None:
                 on_poll(task_id, polls, self._clock() - start)
-            if ok:
-                return str(value)
             if value != NOT_READY:
                 err = self._error(value, detail or f"res.php task {task_id}")
                 if not isinstance(err, TransientError):

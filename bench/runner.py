@@ -1,0 +1,179 @@
+"""One bench run in a subprocess against its own sandbox in this process.
+
+The pipeline runs exactly as an operator runs it: `python -m tasks backfill START STOP`, with the
+bench's timings layered over luigi.cfg through LUIGI_CONFIG_PATH; a baseline runs as
+`python -m bench.baselines`.
+
+A sampler follows the command's process tree (the Luigi worker with its in-process scheduler, and
+one forked process per running task) for CPU and memory.
+"""
+
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+from sandbox import SANDBOX_KEY, Sandbox
+
+from . import config
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1024 * 1024
+
+
+class TreeSampler(threading.Thread):
+    """Peak RSS/USS of the root and of any descendant, and the root's own CPU time, every `every` s."""
+
+    def __init__(self, pid, every=0.25):
+        super().__init__(daemon=True)
+        self.root, self.every = psutil.Process(pid), every
+        self.stop = threading.Event()
+        self.root_cpu = 0.0
+        self.root_rss = self.child_rss = self.child_uss = 0
+        self.children_seen = set()
+
+    def run(self):
+        while not self.stop.is_set() and self.sample():
+            self.stop.wait(self.every)
+
+    def sample(self):
+        try:
+            t = self.root.cpu_times()
+            self.root_cpu = t.user + t.system
+            self.root_rss = max(self.root_rss, self.root.memory_info().rss)
+            children = self.root.children(recursive=True)
+        except psutil.Error:
+            return False
+        for child in children:
+            try:
+                mem = child.memory_full_info()  # uss: what the fork does not share with its parent
+            except psutil.Error:
+                continue
+            self.children_seen.add(child.pid)
+            self.child_rss, self.child_uss = max(self.child_rss, mem.rss), max(self.child_uss, mem.uss)
+        return True
+
+
+def region_outcomes(data_dir, days, regions):
+    """{"day/region": delivering task id} from the region targets the tasks wrote."""
+    delivered = {}
+    for day in days:
+        for region in regions:
+            path = Path(data_dir) / "regions" / f"{day:%Y-%m-%d}" / f"{region}.json"
+            if path.exists():
+                facts = json.loads(path.read_text())
+                if facts["status"] == "ok":
+                    delivered[f"{day}/{region}"] = facts["task_ids"][-1]
+    return delivered
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def luigid(home, cap):
+    """A central scheduler on a free loopback port holding the cap in its own config (only luigid's
+    counts); yields (url, its TreeSampler)."""
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "luigid.cfg"
+    cfg.write_text(f"[resources]\ncaptchaai = {cap}\n[scheduler]\nretry_delay = 300\n")
+    port = free_port()
+    log = open(home / "luigid.log", "w")
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("luigid")), "--address", "127.0.0.1",
+                             "--port", str(port), "--state-path", str(home / "state.pickle")], cwd=home,
+                            env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                requests.get(url, timeout=1, allow_redirects=False)
+                break
+            except requests.RequestException:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError(f"luigid did not start; see {home / 'luigid.log'}")
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        yield url, sampler
+        sampler.sample()  # its CPU up to now, while it still runs
+        sampler.stop.set()
+        sampler.join()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def _argv(case, api_base, portal_url):
+    days = case.days
+    if case.design == "luigi":
+        stop = days[-1] + datetime.timedelta(days=1)
+        return ["-m", "tasks", "backfill", days[0].isoformat(), stop.isoformat()]
+    return ["-m", "bench.baselines", case.design, days[0].isoformat(), str(len(days)),
+            "--api-base", api_base, "--portal-url", portal_url]
+
+
+def run(case, out_dir):
+    """Run one Case against its own sandbox; returns the record metrics.summarize() reads."""
+    out = Path(out_dir) / case.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cfg = out / "bench.cfg"
+    cfg.write_text(config.layered_cfg(case.cap, case.workers, case.worker_overrides, case.timings))
+    data_dir = out / "data"
+    with contextlib.ExitStack() as stack:
+        sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
+        argv = _argv(case, sb.captchaai_url, sb.portal_url)
+        env = {**os.environ, "CAPTCHAAI_API_KEY": SANDBOX_KEY, "CAPTCHAAI_API_BASE": sb.captchaai_url,
+               "PORTAL_BASE_URL": sb.portal_url, "PORTAL_DATA_DIR": str(data_dir),
+               "LUIGI_CONFIG_PATH": str(cfg), "SCHEDULER": case.scheduler}
+        central = None
+        if case.scheduler == "central":
+            url, central = stack.enter_context(luigid(out / "luigid", case.cap))
+            env["LUIGI_SCHEDULER_URL"] = url
+        with open(out / "log.txt", "w") as log, open(out / "result.json", "w") as result:
+            # The CLI's output is its log; a baseline prints its result on stdout and logs on stderr.
+            streams = ({"stdout": log, "stderr": subprocess.STDOUT} if case.design == "luigi"
+                       else {"stdout": result, "stderr": log})
+            t_start = sb.now()
+            proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **streams)
+            sampler = TreeSampler(proc.pid)
+            sampler.start()
+            _, status, usage = os.wait4(proc.pid, 0)  # rusage: the command and every task process
+            t_end = sb.now()
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        sampler.stop.set()
+        sampler.join()
+        tasks, stats = sb.tasks(), sb.stats()
+    scheduler = {"cpu_s": central.root_cpu, "rss_mb": central.root_rss / MB} if central else None
+    if case.design == "luigi":
+        delivered = region_outcomes(data_dir, case.days, config.REGIONS)
+    else:
+        text = (out / "result.json").read_text().strip()
+        delivered = json.loads(text) if proc.returncode == 0 and text else {}
+    record = {
+        "name": case.name, "design": case.design, "cap": case.cap, "concurrency": case.concurrency,
+        "faults": case.faults, "days": case.n_days, "expected": case.n_days * len(config.REGIONS),
+        "t_start": t_start, "t_end": t_end, "exit": proc.returncode,
+        "argv": " ".join(argv), "tasks": tasks, "stats": stats, "delivered": delivered,
+        "load": os.getloadavg()[0],  # the machine is shared: a busy minute shows here
+        "cpu": {"main_s": sampler.root_cpu, "total_s": usage.ru_utime + usage.ru_stime},
+        "luigid": scheduler,
+        "mem": {"main_rss_mb": sampler.root_rss / MB, "task_rss_mb": sampler.child_rss / MB,
+                "task_uss_mb": sampler.child_uss / MB, "task_processes": len(sampler.children_seen)},
+    }
+    (out / "record.json").write_text(json.dumps(record))
+    return record
