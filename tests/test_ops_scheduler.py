@@ -19,6 +19,8 @@ import psutil
 import pytest
 import requests
 
+from tasks.cli import scheduler_answers
+
 from .conftest import ROOT, free_port
 
 DAY = datetime.date(2026, 9, 1)
@@ -29,14 +31,6 @@ def rpc(url, method, **args):
     resp = requests.get(f"{url}/api/{method}", params={"data": json.dumps(args)}, timeout=5)
     resp.raise_for_status()
     return resp.json()["response"]
-
-
-def answers(url):
-    try:
-        requests.get(url, timeout=1, allow_redirects=False)
-    except requests.RequestException:
-        return False
-    return True
 
 
 def gone(pid, within_s=5):
@@ -76,7 +70,7 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
 
     assert started.code == 0, started.err
     assert f"scheduler: luigid running at {url}" in started.err
-    assert answers(url)
+    assert scheduler_answers(url)
     pid = int((var / "luigid.pid").read_text())
     listening = [c.laddr for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN]
     assert [(a.ip, a.port) for a in listening] == [("127.0.0.1", urlsplit(url).port)]  # loopback only
@@ -93,7 +87,7 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
 
     assert second.code == 1
     assert f"error: a central scheduler is already running at {url} (pid {pid})" in second.err
-    assert psutil.pid_exists(pid) and answers(url)
+    assert psutil.pid_exists(pid) and scheduler_answers(url)
 
     export = cli("export", DAY, SCHEDULER="auto")
 
@@ -110,7 +104,7 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
     stopped = cli("scheduler-stop")
 
     assert stopped.code == 0 and f"scheduler: stopped (pid {pid})" in stopped.err
-    assert not answers(url) and gone(pid)
+    assert not scheduler_answers(url) and gone(pid)
     assert (var / "luigid" / "state.pickle").exists()
     assert cli("scheduler-stop").err == "scheduler: not running\n"
 

@@ -35,8 +35,10 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
     deadline = time.monotonic() + 30
     while proc.poll() is None and time.monotonic() < deadline:
         for task_id, task in tasks_of(luigid, "RegionExport", "RUNNING").items():
-            message = rpc(luigid, "get_task_status_message", task_id=task_id)["statusMessage"]
+            # Progress first: a finishing region sets its final message before its 100 %, so a
+            # polling message is never read together with a progress of the finished region.
             progress = rpc(luigid, "get_task_progress_percentage", task_id=task_id)["progressPercentage"]
+            message = rpc(luigid, "get_task_status_message", task_id=task_id)["statusMessage"]
             seen.setdefault(task_id, []).append((task["params"]["region"], message, progress))
         time.sleep(0.1)
     assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
