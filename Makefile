@@ -12,8 +12,6 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 TASK_LIMIT ?=
-# report option: draw the validation threshold, e.g. MAX_UNSOLVABLE_RATIO=0.25
-MAX_UNSOLVABLE_RATIO ?=
 export SCHEDULER LUIGI_SCHEDULER_URL
 
 PY := $(VENV)/bin/python
@@ -65,7 +63,7 @@ clear-breaker: $(VENV)/.installed ## let requests with the key go out again afte
 
 .PHONY: report
 report: $(VENV)/.installed ## solve-health table and plot from the health files in the data dir
-	$(PY) -m portal_export.report $(if $(MAX_UNSOLVABLE_RATIO),--max-unsolvable-ratio $(MAX_UNSOLVABLE_RATIO))
+	$(RUN) report
 
 .PHONY: scheduler
 scheduler: $(VENV)/.installed ## start luigid in the background on LUIGI_SCHEDULER_URL's port, state and history in var/

@@ -321,6 +321,14 @@ def cmd_clear_breaker(args):
     return 0
 
 
+def cmd_report(args):
+    """The solve-health report of the configured data dir, with the configured validation threshold."""
+    from portal_export import report  # pandas and matplotlib: only this command needs them
+
+    return report.main(["--data-dir", str(config.data_dir()),
+                        "--max-unsolvable-ratio", str(config.portal().max_unsolvable_ratio)])
+
+
 def cmd_scheduler(args):
     return scheduler.start(scheduler_url(), scheduler_answers, say)
 
@@ -349,6 +357,8 @@ def build_parser():
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("clear-breaker", help="let requests with the key go out again")
     p.set_defaults(func=cmd_clear_breaker)
+    p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("scheduler", help="start luigid in the background, bound to loopback")
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")

@@ -81,3 +81,28 @@ def test_make_export_refuses_a_bad_day_through_the_makefile(tmp_path):
     assert proc.returncode != 0
     assert "error: DAY='2026-13-45' is not a date: give YYYY-MM-DD" in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_report_reads_the_configured_data_dir(monkeypatch, luigi_cfg, tmp_path, capsys):
+    """`make report` finds the health files where the exports put them, [portal] data_dir included."""
+    import json
+
+    from portal_export.health import day_health
+
+    data = tmp_path / "configured"
+    data.mkdir()
+    monkeypatch.delenv("PORTAL_DATA_DIR")
+    luigi_cfg("portal", "data_dir", str(data))
+    facts = {"status": "ok", "rows": 3, "task_ids": ["1"], "solve_seconds": 20.0, "attempts": 1,
+             "refused_tokens": 0, "transient_errors": [], "idle_slot_seconds": 0.0}
+    health = day_health("2026-09-01", ["north"], {"north": facts})
+    (data / "portal_records_2026-09-01.health.json").write_text(json.dumps(health))
+    assert main(["report"]) == 0
+    assert (data / "report" / "solve_health.csv").read_text().splitlines()[1].startswith("2026-09-01,ok,20")
+    assert (data / "report" / "solve_health.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    (data / "portal_records_2026-09-01.health.json").unlink()
+    capsys.readouterr()
+    assert main(["report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and str(data) in err
