@@ -31,7 +31,7 @@ def make_sb():
     started = []
 
     def make(**fields):
-        sb = Sandbox(SandboxConfig(time_scale=SCALE, **fields)).start()
+        sb = Sandbox(SandboxConfig(**{"time_scale": SCALE, **fields})).start()
         started.append(sb)
         return sb
 
@@ -105,9 +105,15 @@ def test_sdk_maps_busy_threads_and_no_plan(make_sb):
     assert sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] == 2
 
 
-def test_sdk_waits_for_threads_to_free(make_sb):
-    sb = make_sb(solve_s=1)
-    sb.occupy_threads(5, 12)  # freed while the SDK backs off (~8 s a round)
+def test_sdk_waits_for_threads_to_free(make_sb, monkeypatch):
+    # While busy the SDK re-submits every 8-11 s, and reads threadsinfo right after each refusal: a
+    # thread freeing in between makes it conclude "no active plan" (the race our client avoids). The
+    # threads free at 13.5 s, between its second submit (<= 11 s) and its third (>= 16 s), on a
+    # coarser scale than the module's so that the margins outlast a loaded machine's latency.
+    scale = 0.05
+    monkeypatch.setattr(captchaai.client, "time", types.SimpleNamespace(sleep=lambda s: time.sleep(s * scale)))
+    sb = make_sb(solve_s=1, time_scale=scale)
+    sb.occupy_threads(5, 13.5)
     result = CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url).recaptcha_v2(
         sitekey_for("north"), f"{sb.portal_url}/export")
     assert result.solution and sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
