@@ -14,7 +14,6 @@ Prints one JSON object. Uses a temporary data dir; touches nothing else.
 """
 
 import argparse
-import datetime
 import json
 import os
 import re

@@ -8,17 +8,14 @@ import luigi
 from portal_export.health import day_health, validate
 
 from . import config, targets
-from .process import die_with_worker
+from .base import PortalTask
 from .region import RegionExport
-from .secrets import format_failure
-from .visualiser import failure_shown
 
 
-class DayExport(luigi.Task):
+class DayExport(PortalTask):
     """Named `date` so that `RangeDaily --of DayExport` needs no other argument."""
 
     date = luigi.DateParameter()
-    retry_count = 1  # a failed validation stays failed until its regions change: see RegionExport
     region_task = RegionExport  # what a region is; tests put a subclass with a fake solver here
 
     def requires(self):
@@ -29,12 +26,7 @@ class DayExport(luigi.Task):
         return {"records": luigi.LocalTarget(targets.day_records_path(self.date)),
                 "health": luigi.LocalTarget(targets.day_health_path(self.date))}
 
-    def run(self):
-        die_with_worker()  # a killed run must not leave this process writing its day files
-        with failure_shown(self):
-            self.build()
-
-    def build(self):
+    def work(self):
         regions = config.regions()
         facts = {}
         for done, (region, target) in enumerate(self.input().items(), 1):
@@ -57,6 +49,3 @@ class DayExport(luigi.Task):
         with self.output()["health"].open("w") as f:
             json.dump(health, f, indent=2)
         self.set_status_message(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
-
-    def on_failure(self, exception):
-        return format_failure(exception)

@@ -11,9 +11,7 @@ from portal_export.export import export_region
 from portal_export.portal import KNOWN_REGIONS
 
 from . import config, targets
-from .process import die_with_worker
-from .secrets import format_failure
-from .visualiser import failure_shown
+from .base import PortalTask
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +25,13 @@ def make_solver():
                      poll_every_s=cfg.poll_every_s, http_timeout_s=cfg.http_timeout_s, breaker=breaker)
 
 
-class RegionExport(luigi.Task):
+class RegionExport(PortalTask):
     """Exports one region; its target holds the records and the solve facts, also when unsolvable."""
 
     date = luigi.DateParameter()
     region = luigi.ChoiceParameter(choices=KNOWN_REGIONS)
 
     resources = {"captchaai": 1}
-    # Transient errors are retried inside run() with backoff, so a failure that reaches Luigi is
-    # permanent or has used every attempt: one attempt, then DISABLED, and a keep-alive worker
-    # moves on instead of re-running it every retry_delay. The CLI re-enables it on the next run.
-    retry_count = 1
 
     def output(self):
         return luigi.LocalTarget(targets.region_path(self.date, self.region))
@@ -46,13 +40,9 @@ class RegionExport(luigi.Task):
         """The CaptchaAI client; tests substitute a fake here."""
         return make_solver()
 
-    def run(self):
-        die_with_worker()
-        with failure_shown(self):
-            self.export()
-
-    def export(self):
+    def work(self):
         attempt = 1
+        timeout = config.captchaai().timeout_s
 
         def on_attempt(n):
             nonlocal attempt
@@ -61,7 +51,6 @@ class RegionExport(luigi.Task):
 
         def on_poll(task_id, polls, elapsed):
             self.set_status_message(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
-            timeout = config.captchaai().timeout_s
             self.set_progress_percentage(min(95, int(100 * elapsed / timeout)))
 
         p = config.portal()
@@ -77,6 +66,3 @@ class RegionExport(luigi.Task):
                  "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s")
         self.set_status_message(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
         self.set_progress_percentage(100)
-
-    def on_failure(self, exception):
-        return format_failure(exception)

@@ -6,7 +6,6 @@ import datetime
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
