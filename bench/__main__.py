@@ -23,16 +23,28 @@ from .config import Case
 
 YEAR = datetime.date(2025, 1, 1)
 MAIN = Case("pipeline", "luigi", 30, 4)
-SIDE = [Case("pipeline-faults", "luigi", 30, 4, faults=True),
-        Case("a-sequential", "sequential", 4, 4), Case("a-sequential-faults", "sequential", 4, 4, faults=True),
-        Case("b-steps", "steps", 10, 4), Case("b-steps-faults", "steps", 10, 4, faults=True)]
-TITLES = {"pipeline": "pipeline", "pipeline-faults": "pipeline, faults", "a-sequential": "(a) one at a time",
-          "a-sequential-faults": "(a) faults", "b-steps": "(b) day steps", "b-steps-faults": "(b) faults"}
-SCALE = [Case("cap4-30d", "luigi", 30, 4),
-         Case("cap14-30d", "luigi", 30, 14, threads=15, workers=14),
-         Case("cap14-30d-luigid", "luigi", 30, 14, threads=15, workers=14, scheduler="central"),
-         Case("cap14-365d-luigid", "luigi", 365, 14, threads=15, workers=14, scheduler="central", first_day=YEAR),
-         Case("cap4-365d", "luigi", 365, 4, first_day=YEAR)]
+SIDE = [
+    Case("pipeline-faults", "luigi", 30, 4, faults=True),
+    Case("a-sequential", "sequential", 4, 4),
+    Case("a-sequential-faults", "sequential", 4, 4, faults=True),
+    Case("b-steps", "steps", 10, 4),
+    Case("b-steps-faults", "steps", 10, 4, faults=True),
+]
+TITLES = {
+    "pipeline": "pipeline",
+    "pipeline-faults": "pipeline, faults",
+    "a-sequential": "(a) one at a time",
+    "a-sequential-faults": "(a) faults",
+    "b-steps": "(b) day steps",
+    "b-steps-faults": "(b) faults",
+}
+SCALE = [
+    Case("cap4-30d", "luigi", 30, 4),
+    Case("cap14-30d", "luigi", 30, 14, threads=15, workers=14),
+    Case("cap14-30d-luigid", "luigi", 30, 14, threads=15, workers=14, scheduler="central"),
+    Case("cap14-365d-luigid", "luigi", 365, 14, threads=15, workers=14, scheduler="central", first_day=YEAR),
+    Case("cap4-365d", "luigi", 365, 4, first_day=YEAR),
+]
 
 
 def say(message):
@@ -42,8 +54,10 @@ def say(message):
 def run_cases(cases, out_dir):
     """Run cases at once (each with its own sandbox), in order of the list; returns their records."""
     for case in cases:
-        say(f"{case.name}: {case.n_days} days x {len(config.REGIONS)} regions, cap {case.cap}, {case.design}"
-            f"{', faults' if case.faults else ''}{', luigid' if case.scheduler == 'central' else ''}")
+        say(
+            f"{case.name}: {case.n_days} days x {len(config.REGIONS)} regions, cap {case.cap}, {case.design}"
+            f"{', faults' if case.faults else ''}{', luigid' if case.scheduler == 'central' else ''}"
+        )
     with ThreadPoolExecutor(len(cases)) as pool:
         records = list(pool.map(lambda c: runner.run(c, out_dir), cases))
     for record in records:
@@ -52,41 +66,47 @@ def run_cases(cases, out_dir):
 
 
 def summaries(records):
-    return [(TITLES.get(r["name"], r["name"]), metrics.summarize(r, config.FIRST_POLL_S, config.POLL_EVERY_S), r)
-            for r in records]
+    return [
+        (TITLES.get(r["name"], r["name"]), metrics.summarize(r, config.FIRST_POLL_S, config.POLL_EVERY_S), r)
+        for r in records
+    ]
 
 
 def preamble(columns, command, started, seconds):
     solves = [t["solve_s"] for t in columns[0][2]["tasks"]]
-    return "\n".join([
-        f"command: {command}",
-        f"run: {started:%Y-%m-%d %H:%M} UTC, {seconds / 60:.1f} min, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}",
-        f"sandbox: time scale {config.TIME_SCALE:g}; first poll {config.FIRST_POLL_S:g} s, then every "
-        f"{config.POLL_EVERY_S:g} s, deadline {config.TIMEOUT_S:g} s; solve times lognormal, median "
-        f"{config.SOLVE_MEDIAN_S * config.TIME_SCALE:g} s, sigma {config.SOLVE_SIGMA:g}, seed {config.SEED} "
-        f"(first run: {sum(s > 8 for s in solves)} of {len(solves)} past 8 s, max {max(solves):.1f} s)",
-    ])
+    return "\n".join(
+        [
+            f"command: {command}",
+            f"run: {started:%Y-%m-%d %H:%M} UTC, {seconds / 60:.1f} min, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}",
+            f"sandbox: time scale {config.TIME_SCALE:g}; first poll {config.FIRST_POLL_S:g} s, then every "
+            f"{config.POLL_EVERY_S:g} s, deadline {config.TIMEOUT_S:g} s; solve times lognormal, median "
+            f"{config.SOLVE_MEDIAN_S * config.TIME_SCALE:g} s, sigma {config.SOLVE_SIGMA:g}, seed {config.SEED} "
+            f"(first run: {sum(s > 8 for s in solves)} of {len(solves)} past 8 s, max {max(solves):.1f} s)",
+        ]
+    )
 
 
 def main_mode(out_dir):
     records = run_cases([MAIN], out_dir)  # alone: its timing targets are measured without neighbours
     records += run_cases(SIDE, out_dir)
     columns = summaries(records)
-    notes = "\n".join([
-        "The pipeline column ran alone; the other five ran at once, each against its own sandbox. The baselines "
-        "run fewer days ((a) 4, (b) 10) to keep make bench under 10 minutes: ratios to the bound are scale-free.",
-        "(b) gives a step 4 attempts, as the pipeline gives a region ([portal] attempts); a day whose step fails "
-        "4 times is lost. A region in (b) has no retry of its own.",
-        f"Faults: {config.CAPTCHAAI_FAULT_RATE:.0%} of in.php and res.php requests (every kind: HTML 500/502, plain "
-        f"text, ERROR_SERVER_ERROR, ERROR_INTERNAL_SERVER_ERROR, connection reset, slow), "
-        f"{config.PORTAL_502_RATE:.0%} of portal page loads and form posts answer 502.",
-        "Lower bound: from the delivering solves' times as the sandbox drew them, p(s) = first poll + "
-        "ceil((s - first poll) / every) x every, at cap 4 for all; '(a)' also against its own one slot.",
-        "Slot utilisation: sum of (submit to token posted) of the delivering solves / (4 x makespan).",
-        "Added per region: (slots x makespan - sum p(s)) / regions, with the slots the design uses (1 for (a)); "
-        "the five lines below it are where that goes (handoff and end idle need a fault-free run to mean that).",
-    ])
+    notes = "\n".join(
+        [
+            "The pipeline column ran alone; the other five ran at once, each against its own sandbox. The baselines "
+            "run fewer days ((a) 4, (b) 10) to keep make bench under 10 minutes: ratios to the bound are scale-free.",
+            "(b) gives a step 4 attempts, as the pipeline gives a region ([portal] attempts); a day whose step fails "
+            "4 times is lost. A region in (b) has no retry of its own.",
+            f"Faults: {config.CAPTCHAAI_FAULT_RATE:.0%} of in.php and res.php requests (every kind: HTML 500/502, plain "
+            f"text, ERROR_SERVER_ERROR, ERROR_INTERNAL_SERVER_ERROR, connection reset, slow), "
+            f"{config.PORTAL_502_RATE:.0%} of portal page loads and form posts answer 502.",
+            "Lower bound: from the delivering solves' times as the sandbox drew them, p(s) = first poll + "
+            "ceil((s - first poll) / every) x every, at cap 4 for all; '(a)' also against its own one slot.",
+            "Slot utilisation: sum of (submit to token posted) of the delivering solves / (4 x makespan).",
+            "Added per region: (slots x makespan - sum p(s)) / regions, with the slots the design uses (1 for (a)); "
+            "the five lines below it are where that goes (handoff and end idle need a fault-free run to mean that).",
+        ]
+    )
     return columns, table.side_by_side(columns) + "\n\n" + notes
 
 
@@ -95,22 +115,26 @@ def scale_mode(out_dir):
     for case in SCALE:  # one at a time: the CPU and memory of each are its own
         records += run_cases([case], out_dir)
     columns = summaries(records)
-    notes = "\n".join([
-        "ratio: makespan / lower bound at the run's cap. end idle: share of cap x makespan with slots out of "
-        "work before the last post (the tail of list scheduling without knowing solve times).",
-        "load: the machine's 1-minute load average at the end of the run (2 shared cores).",
-        "worker CPU s: the CLI's own process (imports, scheduling, Luigi's worker loop; with the local "
-        "scheduler also the scheduler); luigid CPU s: the central scheduler's process.",
-    ])
+    notes = "\n".join(
+        [
+            "ratio: makespan / lower bound at the run's cap. end idle: share of cap x makespan with slots out of "
+            "work before the last post (the tail of list scheduling without knowing solve times).",
+            "load: the machine's 1-minute load average at the end of the run (2 shared cores).",
+            "worker CPU s: the CLI's own process (imports, scheduling, Luigi's worker loop; with the local "
+            "scheduler also the scheduler); luigid CPU s: the central scheduler's process.",
+        ]
+    )
     return columns, table.scale_table(columns) + "\n\n" + notes
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scale", action="store_true", help="the cap 14 and 365-day runs instead")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("out")),
-                        help="run directories (default bench/out)")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).with_name("out")), help="run directories (default bench/out)"
+    )
     args = parser.parse_args(argv)
     command = os.environ.get("BENCH_COMMAND") or shlex.join(["python", "-m", "bench", *(argv or sys.argv[1:])])
     started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()

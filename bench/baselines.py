@@ -19,8 +19,8 @@ import os
 import random
 import sys
 import time
-from types import SimpleNamespace
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import ExportError, TransientError
@@ -32,8 +32,9 @@ ATTEMPTS = 4  # luigi.cfg [portal] attempts: per region in (a), per step in (b)
 
 
 def make_solver(api_base, key):
-    return CaptchaAI(key, api_base, timeout_s=config.TIMEOUT_S, first_poll_s=config.FIRST_POLL_S,
-                     poll_every_s=config.POLL_EVERY_S)
+    return CaptchaAI(
+        key, api_base, timeout_s=config.TIMEOUT_S, first_poll_s=config.FIRST_POLL_S, poll_every_s=config.POLL_EVERY_S
+    )
 
 
 def sequential(days, portal_url, api_base, key):
@@ -42,8 +43,15 @@ def sequential(days, portal_url, api_base, key):
     for day in days:
         for region in config.REGIONS:
             try:
-                out = export_region(day, region, portal_url, solver, attempts=ATTEMPTS,
-                                    retry_base_s=config.RETRY_BASE_S, retry_jitter_s=config.RETRY_JITTER_S)
+                out = export_region(
+                    day,
+                    region,
+                    portal_url,
+                    solver,
+                    attempts=ATTEMPTS,
+                    retry_base_s=config.RETRY_BASE_S,
+                    retry_jitter_s=config.RETRY_JITTER_S,
+                )
             except ExportError as err:
                 print(f"(a) {day} {region}: {err}", file=sys.stderr)
                 continue

@@ -12,7 +12,7 @@ from sandbox import FaultPlan, SandboxConfig
 TIME_SCALE = 0.1
 FIRST_POLL_S = 1.5  # CaptchaAI's 15 s for reCAPTCHA v2, scaled
 POLL_EVERY_S = 0.5  # its 5 s, scaled
-TIMEOUT_S = 12.0    # the pipeline's 120 s solve deadline, scaled
+TIMEOUT_S = 12.0  # the pipeline's 120 s solve deadline, scaled
 RETRY_BASE_S = RETRY_JITTER_S = 1.0  # [portal] backoff: 10 s +- 10 s, scaled
 REGIONS = ("north", "south", "east", "west")
 
@@ -32,19 +32,35 @@ PORTAL_502_RATE = 0.05
 def sandbox_config(faults=False, threads=5, **overrides):
     plans = {}
     if faults:
-        plans = {"in.php": FaultPlan(rate=CAPTCHAAI_FAULT_RATE), "res.php": FaultPlan(rate=CAPTCHAAI_FAULT_RATE),
-                 "portal_get": FaultPlan(rate=PORTAL_502_RATE, kinds=("html502",)),
-                 "portal_post": FaultPlan(rate=PORTAL_502_RATE, kinds=("html502",))}
-    return SandboxConfig(**{"seed": SEED, "time_scale": TIME_SCALE, "solve": "lognormal",
-                            "solve_median_s": SOLVE_MEDIAN_S, "solve_sigma": SOLVE_SIGMA, "threads": threads,
-                            "faults": plans, **overrides})
+        plans = {
+            "in.php": FaultPlan(rate=CAPTCHAAI_FAULT_RATE),
+            "res.php": FaultPlan(rate=CAPTCHAAI_FAULT_RATE),
+            "portal_get": FaultPlan(rate=PORTAL_502_RATE, kinds=("html502",)),
+            "portal_post": FaultPlan(rate=PORTAL_502_RATE, kinds=("html502",)),
+        }
+    return SandboxConfig(
+        **{
+            "seed": SEED,
+            "time_scale": TIME_SCALE,
+            "solve": "lognormal",
+            "solve_median_s": SOLVE_MEDIAN_S,
+            "solve_sigma": SOLVE_SIGMA,
+            "threads": threads,
+            "faults": plans,
+            **overrides,
+        }
+    )
 
 
 def layered_cfg(cap, workers=None, worker_overrides=None, timings=None):
     """The LUIGI_CONFIG_PATH file of a bench run: the scaled timings, the cap, maybe the workers."""
     sections = {
-        "captchaai": {"first_poll_s": FIRST_POLL_S, "poll_every_s": POLL_EVERY_S, "timeout_s": TIMEOUT_S,
-                      **(timings or {})},
+        "captchaai": {
+            "first_poll_s": FIRST_POLL_S,
+            "poll_every_s": POLL_EVERY_S,
+            "timeout_s": TIMEOUT_S,
+            **(timings or {}),
+        },
         "portal": {"retry_base_s": RETRY_BASE_S, "retry_jitter_s": RETRY_JITTER_S},
         "resources": {"captchaai": cap},
     }
@@ -53,7 +69,8 @@ def layered_cfg(cap, workers=None, worker_overrides=None, timings=None):
     if worker_overrides:
         sections["worker"] = dict(worker_overrides)
     return "# Written by bench/: CaptchaAI's poll schedule at a tenth of real time.\n" + "".join(
-        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for name, keys in sections.items())
+        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for name, keys in sections.items()
+    )
 
 
 def days(first, n):

@@ -55,8 +55,13 @@ def sample(proc):
             cmd = proc.cmdline()
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
-    return {"rss": mem.rss, "uss": mem.uss, "pss": getattr(mem, "pss", None), "cpu": cpu.user + cpu.system,
-            "cmd": " ".join(cmd)}
+    return {
+        "rss": mem.rss,
+        "uss": mem.uss,
+        "pss": getattr(mem, "pss", None),
+        "cpu": cpu.user + cpu.system,
+        "cmd": " ".join(cmd),
+    }
 
 
 def mib(n):
@@ -65,19 +70,34 @@ def mib(n):
 
 def main():
     args = parse_args()
-    regions = ",".join(REGIONS[:args.regions])
-    with tempfile.TemporaryDirectory() as tmp, Sandbox(SandboxConfig(time_scale=1.0, solve="fixed",
-                                                                      solve_s=args.solve_s)) as sb:
+    regions = ",".join(REGIONS[: args.regions])
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Sandbox(SandboxConfig(time_scale=1.0, solve="fixed", solve_s=args.solve_s)) as sb,
+    ):
         cfg = Path(tmp) / "bench.cfg"
-        cfg.write_text(f"[core]\nworkers = 4\n[captchaai]\nfirst_poll_s = {args.first_poll_s}\n"
-                       f"poll_every_s = {args.poll_every_s}\ntimeout_s = {args.solve_s + 60}\n"
-                       f"[portal]\nregions = {regions}\n")
-        env = {**os.environ, "CAPTCHAAI_API_KEY": SANDBOX_KEY, "CAPTCHAAI_API_BASE": sb.captchaai_url,
-               "PORTAL_BASE_URL": sb.portal_url, "PORTAL_DATA_DIR": str(Path(tmp) / "data"),
-               "LUIGI_CONFIG_PATH": str(cfg), "SCHEDULER": "local"}
+        cfg.write_text(
+            f"[core]\nworkers = 4\n[captchaai]\nfirst_poll_s = {args.first_poll_s}\n"
+            f"poll_every_s = {args.poll_every_s}\ntimeout_s = {args.solve_s + 60}\n"
+            f"[portal]\nregions = {regions}\n"
+        )
+        env = {
+            **os.environ,
+            "CAPTCHAAI_API_KEY": SANDBOX_KEY,
+            "CAPTCHAAI_API_BASE": sb.captchaai_url,
+            "PORTAL_BASE_URL": sb.portal_url,
+            "PORTAL_DATA_DIR": str(Path(tmp) / "data"),
+            "LUIGI_CONFIG_PATH": str(cfg),
+            "SCHEDULER": "local",
+        }
         started = time.monotonic()
-        cli = subprocess.Popen([sys.executable, "-m", "tasks", "export", args.day], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "cli.err", "w"))
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "tasks", "export", args.day],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(Path(tmp) / "cli.err", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
+        )
         worker = psutil.Process(cli.pid)
         samples = {}  # child pid -> [(sandbox time, sample), ...]
         worker_samples = []
@@ -103,8 +123,10 @@ def main():
 
     # Luigi logs "[pid N] Worker ... running RegionExport(date=..., region=R)" for each task child;
     # the sandbox knows each CaptchaAI task's sitekey, hence its region.
-    child_region = {int(pid): region for pid, region in
-                    re.findall(r"\[pid (\d+)\] Worker.* running\s+RegionExport\(date=[^,]+, region=(\w+)\)", err)}
+    child_region = {
+        int(pid): region
+        for pid, region in re.findall(r"\[pid (\d+)\] Worker.* running\s+RegionExport\(date=[^,]+, region=(\w+)\)", err)
+    }
     children = []
     for pid, series in samples.items():
         for task in tasks:
@@ -113,25 +135,41 @@ def main():
             waiting = [(t, s) for t, s in series if task["submit_t"] <= t <= task["ready_t"]]
             if len(waiting) >= 2:
                 (t0, first), (t1, last) = waiting[0], waiting[-1]
-                children.append({
-                    "pid": pid, "region": child_region[pid], "captchaai_task": task["id"], "polls": task["polls"],
-                    "wait_sampled_s": round(t1 - t0, 2),
-                    "rss_mib": mib(statistics.median(s["rss"] for _, s in waiting)),
-                    "uss_mib": mib(statistics.median(s["uss"] for _, s in waiting)),
-                    "pss_mib": mib(statistics.median(s["pss"] for _, s in waiting)) if first["pss"] is not None else None,
-                    "cpu_s_during_wait": round(last["cpu"] - first["cpu"], 3),
-                    "cpu_pct_during_wait": round(100 * (last["cpu"] - first["cpu"]) / max(t1 - t0, 1e-9), 2),
-                    "cpu_s_child_total_at_last_sample": round(series[-1][1]["cpu"], 3),
-                })
-    print(json.dumps({
-        "python": sys.version.split()[0], "cpu_count": os.cpu_count(),
-        "solve_s": args.solve_s, "regions": args.regions, "first_poll_s": args.first_poll_s,
-        "poll_every_s": args.poll_every_s, "export_wall_s": round(wall, 2),
-        "worker_rss_mib_max": mib(max(s["rss"] for _, s in worker_samples)),
-        "worker_uss_mib_max": mib(max(s["uss"] for _, s in worker_samples)),
-        "region_children": children,
-        "log_tail": err.strip().splitlines()[-1],
-    }, indent=2))
+                children.append(
+                    {
+                        "pid": pid,
+                        "region": child_region[pid],
+                        "captchaai_task": task["id"],
+                        "polls": task["polls"],
+                        "wait_sampled_s": round(t1 - t0, 2),
+                        "rss_mib": mib(statistics.median(s["rss"] for _, s in waiting)),
+                        "uss_mib": mib(statistics.median(s["uss"] for _, s in waiting)),
+                        "pss_mib": mib(statistics.median(s["pss"] for _, s in waiting))
+                        if first["pss"] is not None
+                        else None,
+                        "cpu_s_during_wait": round(last["cpu"] - first["cpu"], 3),
+                        "cpu_pct_during_wait": round(100 * (last["cpu"] - first["cpu"]) / max(t1 - t0, 1e-9), 2),
+                        "cpu_s_child_total_at_last_sample": round(series[-1][1]["cpu"], 3),
+                    }
+                )
+    print(
+        json.dumps(
+            {
+                "python": sys.version.split()[0],
+                "cpu_count": os.cpu_count(),
+                "solve_s": args.solve_s,
+                "regions": args.regions,
+                "first_poll_s": args.first_poll_s,
+                "poll_every_s": args.poll_every_s,
+                "export_wall_s": round(wall, 2),
+                "worker_rss_mib_max": mib(max(s["rss"] for _, s in worker_samples)),
+                "worker_uss_mib_max": mib(max(s["uss"] for _, s in worker_samples)),
+                "region_children": children,
+                "log_tail": err.strip().splitlines()[-1],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

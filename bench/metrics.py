@@ -86,7 +86,9 @@ def summarize(run, first_poll, poll_every):
     ages = [t["token_posted_t"] - t["ready_t"] for t in delivering]
     polls_min = sum(min_polls(s, first_poll, poll_every) for s in solves)
     res_get = run["stats"]["actions"].get("get", 0)  # every poll, faulted ones included
-    lags = [(post - sub) - p(t["solve_s"], first_poll, poll_every) for t, (sub, post) in zip(delivering, held)]
+    lags = [
+        (post - sub) - p(t["solve_s"], first_poll, poll_every) for t, (sub, post) in zip(delivering, held, strict=True)
+    ]
     slots = run.get("concurrency", cap)  # where the time goes: per slot the design actually uses
     gaps, slot_ends = handoff_gaps(held, slots, t0)
     first_submit = min((t["submit_t"] for t in run["tasks"]), default=t0)
@@ -112,10 +114,10 @@ def summarize(run, first_poll, poll_every):
         "token_age_p50_s": _pct(ages, 0.5),
         "over_age_limit": sum(a > poll_every + 1.0 for a in ages),
         # Where the slot time beyond sum p(s) goes (seconds):
-        "startup_s": first_submit - t0,            # process start, imports, plan check, scheduling
+        "startup_s": first_submit - t0,  # process start, imports, plan check, scheduling
         "handoff_s": statistics.fmean(gaps[slots:]) if len(gaps) > slots else None,  # post -> next submit
         "lag_s": statistics.fmean(lags) if lags else None,  # submit -> post beyond p(s)
-        "tail_s": t1 - last_post,                   # last post -> exit
+        "tail_s": t1 - last_post,  # last post -> exit
         "end_idle_s": sum(last_post - e for e in slot_ends),  # slots out of work before the last post
         "added_per_region_s": (slots * makespan - sum(p(s, first_poll, poll_every) for s in solves)) / n if n else None,
     }

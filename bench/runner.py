@@ -91,10 +91,22 @@ def luigid(home, cap):
     cfg = home / "luigid.cfg"
     cfg.write_text(f"[resources]\ncaptchaai = {cap}\n[scheduler]\nretry_delay = 300\n")
     port = free_port()
-    log = open(home / "luigid.log", "w")
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("luigid")), "--address", "127.0.0.1",
-                             "--port", str(port), "--state-path", str(home / "state.pickle")], cwd=home,
-                            env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)}, stdout=log, stderr=subprocess.STDOUT)
+    log = open(home / "luigid.log", "w")  # noqa: SIM115 (the child process's output for as long as it runs)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("luigid")),
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--state-path",
+            str(home / "state.pickle"),
+        ],
+        cwd=home,
+        env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -122,8 +134,17 @@ def _argv(case, api_base, portal_url):
     if case.design == "luigi":
         stop = days[-1] + datetime.timedelta(days=1)
         return ["-m", "tasks", "backfill", days[0].isoformat(), stop.isoformat()]
-    return ["-m", "bench.baselines", case.design, days[0].isoformat(), str(len(days)),
-            "--api-base", api_base, "--portal-url", portal_url]
+    return [
+        "-m",
+        "bench.baselines",
+        case.design,
+        days[0].isoformat(),
+        str(len(days)),
+        "--api-base",
+        api_base,
+        "--portal-url",
+        portal_url,
+    ]
 
 
 def run(case, out_dir):
@@ -137,17 +158,26 @@ def run(case, out_dir):
     with contextlib.ExitStack() as stack:
         sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
         argv = _argv(case, sb.captchaai_url, sb.portal_url)
-        env = {**os.environ, "CAPTCHAAI_API_KEY": SANDBOX_KEY, "CAPTCHAAI_API_BASE": sb.captchaai_url,
-               "PORTAL_BASE_URL": sb.portal_url, "PORTAL_DATA_DIR": str(data_dir),
-               "LUIGI_CONFIG_PATH": str(cfg), "SCHEDULER": case.scheduler}
+        env = {
+            **os.environ,
+            "CAPTCHAAI_API_KEY": SANDBOX_KEY,
+            "CAPTCHAAI_API_BASE": sb.captchaai_url,
+            "PORTAL_BASE_URL": sb.portal_url,
+            "PORTAL_DATA_DIR": str(data_dir),
+            "LUIGI_CONFIG_PATH": str(cfg),
+            "SCHEDULER": case.scheduler,
+        }
         central = None
         if case.scheduler == "central":
             url, central = stack.enter_context(luigid(out / "luigid", case.cap))
             env["LUIGI_SCHEDULER_URL"] = url
         with open(out / "log.txt", "w") as log, open(out / "result.json", "w") as result:
             # The CLI's output is its log; a baseline prints its result on stdout and logs on stderr.
-            streams = ({"stdout": log, "stderr": subprocess.STDOUT} if case.design == "luigi"
-                       else {"stdout": result, "stderr": log})
+            streams = (
+                {"stdout": log, "stderr": subprocess.STDOUT}
+                if case.design == "luigi"
+                else {"stdout": result, "stderr": log}
+            )
             t_start = sb.now()
             proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **streams)
             sampler = TreeSampler(proc.pid)
@@ -165,15 +195,29 @@ def run(case, out_dir):
         text = (out / "result.json").read_text().strip()
         delivered = json.loads(text) if proc.returncode == 0 and text else {}
     record = {
-        "name": case.name, "design": case.design, "cap": case.cap, "concurrency": case.concurrency,
-        "faults": case.faults, "days": case.n_days, "expected": case.n_days * len(config.REGIONS),
-        "t_start": t_start, "t_end": t_end, "exit": proc.returncode,
-        "argv": " ".join(argv), "tasks": tasks, "stats": stats, "delivered": delivered,
+        "name": case.name,
+        "design": case.design,
+        "cap": case.cap,
+        "concurrency": case.concurrency,
+        "faults": case.faults,
+        "days": case.n_days,
+        "expected": case.n_days * len(config.REGIONS),
+        "t_start": t_start,
+        "t_end": t_end,
+        "exit": proc.returncode,
+        "argv": " ".join(argv),
+        "tasks": tasks,
+        "stats": stats,
+        "delivered": delivered,
         "load": os.getloadavg()[0],  # the machine is shared: a busy minute shows here
         "cpu": {"main_s": sampler.root_cpu, "total_s": usage.ru_utime + usage.ru_stime},
         "luigid": scheduler,
-        "mem": {"main_rss_mb": sampler.root_rss / MB, "task_rss_mb": sampler.child_rss / MB,
-                "task_uss_mb": sampler.child_uss / MB, "task_processes": len(sampler.children_seen)},
+        "mem": {
+            "main_rss_mb": sampler.root_rss / MB,
+            "task_rss_mb": sampler.child_rss / MB,
+            "task_uss_mb": sampler.child_uss / MB,
+            "task_processes": len(sampler.children_seen),
+        },
     }
     (out / "record.json").write_text(json.dumps(record))
     return record

@@ -25,7 +25,7 @@ def _render(header, rows):
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
@@ -64,21 +64,36 @@ def side_by_side(columns):
     row("slot utilisation (delivering solves)", "utilisation", lambda s, r: _f(s["utilisation"], ".3f"))
     row("peak CaptchaAI threads in use", "peak", lambda s, r: f"{s['peak_threads']} of cap {r['cap']}")
     row("solves submitted per delivered region", "solves", lambda s, r: _f(s["solves_per_region"], ".3f"))
-    row("res.php calls per solve / schedule minimum", None,
-        lambda s, r: f"{_f(s['polls_per_solve'], '.2f')} / {_f(s['polls_vs_min'], '.3f')}x")
-    row("token age at post s: max (p50), over limit", "age",
-        lambda s, r: f"{_f(s['token_age_max_s'])} ({_f(s['token_age_p50_s'])}), {s['over_age_limit']}")
+    row(
+        "res.php calls per solve / schedule minimum",
+        None,
+        lambda s, r: f"{_f(s['polls_per_solve'], '.2f')} / {_f(s['polls_vs_min'], '.3f')}x",
+    )
+    row(
+        "token age at post s: max (p50), over limit",
+        "age",
+        lambda s, r: f"{_f(s['token_age_max_s'])} ({_f(s['token_age_p50_s'])}), {s['over_age_limit']}",
+    )
     row("added per region s: slot time beyond p(s)", None, lambda s, r: _f(s["added_per_region_s"], ".3f"))
     row("  startup s (start to first submit)", None, lambda s, r: _f(s["startup_s"]))
     row("  handoff s (post to next submit, mean)", None, lambda s, r: _f(s["handoff_s"], ".3f"))
     row("  poll and post lag s (mean)", None, lambda s, r: _f(s["lag_s"], ".3f"))
     row("  tail s (last post to exit)", None, lambda s, r: _f(s["tail_s"]))
     row("  end idle slot-s (slots out of work)", None, lambda s, r: _f(s["end_idle_s"], ".1f"))
-    row("peak MB per task process: RSS (USS)", None,
-        lambda s, r: f"{_f(r['mem']['task_rss_mb'], '.1f')} ({_f(r['mem']['task_uss_mb'], '.1f')})"
-        if r["mem"]["task_processes"] else "- (threads)")
-    row("main process: peak RSS MB, CPU s", None,
-        lambda s, r: f"{_f(r['mem']['main_rss_mb'], '.1f')}, {_f(r['cpu']['main_s'], '.1f')}")
+    row(
+        "peak MB per task process: RSS (USS)",
+        None,
+        lambda s, r: (
+            f"{_f(r['mem']['task_rss_mb'], '.1f')} ({_f(r['mem']['task_uss_mb'], '.1f')})"
+            if r["mem"]["task_processes"]
+            else "- (threads)"
+        ),
+    )
+    row(
+        "main process: peak RSS MB, CPU s",
+        None,
+        lambda s, r: f"{_f(r['mem']['main_rss_mb'], '.1f')}, {_f(r['cpu']['main_s'], '.1f')}",
+    )
     row("machine load (1 min average) at the end", None, lambda s, r: _f(r.get("load"), ".1f"))
     return _render(["measure", "target", *[title for title, _, _ in columns]], rows)
 
@@ -87,17 +102,46 @@ def scale_table(columns):
     rows = []
     for title, s, r in columns:
         luigid = r.get("luigid")
-        rows.append([
-            title, r["cap"], f"{r['days']}d: {s['regions']}", _f(s["makespan_s"], ".1f"), _f(s["lower_bound_s"], ".1f"),
-            _f(s["ratio"], ".3f"), _f(s["utilisation"], ".3f"), f"{s['peak_threads']}/{r['cap']}",
-            _f(s["startup_s"]), _f(s["handoff_s"], ".3f"), _f(s["end_idle_s"] / (r["cap"] * s["makespan_s"]), ".3f"),
-            _f(r["cpu"]["main_s"], ".1f"), _f(luigid and luigid["cpu_s"], ".1f"),
-            _f(r["mem"]["main_rss_mb"], ".0f"), _f(luigid and luigid["rss_mb"], ".0f"),
-            f"{_f(r['mem']['task_rss_mb'], '.0f')} ({_f(r['mem']['task_uss_mb'], '.1f')})", _f(r.get("load"), ".1f"),
-        ])
-    header = ["run", "cap", "delivered", "makespan s", "bound s", "ratio", "util", "peak", "startup s",
-              "handoff s", "end idle", "worker CPU s", "luigid CPU s", "worker RSS MB", "luigid RSS MB",
-              "task RSS (USS) MB", "load"]
+        rows.append(
+            [
+                title,
+                r["cap"],
+                f"{r['days']}d: {s['regions']}",
+                _f(s["makespan_s"], ".1f"),
+                _f(s["lower_bound_s"], ".1f"),
+                _f(s["ratio"], ".3f"),
+                _f(s["utilisation"], ".3f"),
+                f"{s['peak_threads']}/{r['cap']}",
+                _f(s["startup_s"]),
+                _f(s["handoff_s"], ".3f"),
+                _f(s["end_idle_s"] / (r["cap"] * s["makespan_s"]), ".3f"),
+                _f(r["cpu"]["main_s"], ".1f"),
+                _f(luigid and luigid["cpu_s"], ".1f"),
+                _f(r["mem"]["main_rss_mb"], ".0f"),
+                _f(luigid and luigid["rss_mb"], ".0f"),
+                f"{_f(r['mem']['task_rss_mb'], '.0f')} ({_f(r['mem']['task_uss_mb'], '.1f')})",
+                _f(r.get("load"), ".1f"),
+            ]
+        )
+    header = [
+        "run",
+        "cap",
+        "delivered",
+        "makespan s",
+        "bound s",
+        "ratio",
+        "util",
+        "peak",
+        "startup s",
+        "handoff s",
+        "end idle",
+        "worker CPU s",
+        "luigid CPU s",
+        "worker RSS MB",
+        "luigid RSS MB",
+        "task RSS (USS) MB",
+        "load",
+    ]
     return _render(header, rows)
 
 

@@ -32,8 +32,10 @@ class KeyBreaker:
             return
         except ValueError:
             state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
-        raise KeyLevelError(state.get("code", "BREAKER_OPEN"),
-                            f"{state.get('detail', '')} (breaker open: fix the key or plan, then `make clear-breaker`)")
+        raise KeyLevelError(
+            state.get("code", "BREAKER_OPEN"),
+            f"{state.get('detail', '')} (breaker open: fix the key or plan, then `make clear-breaker`)",
+        )
 
     def trip(self, code, detail=""):
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -56,9 +56,20 @@ def normalize(resp):
 class CaptchaAI:
     """Submits reCAPTCHA v2 tasks and polls them to a token, within one deadline per solve."""
 
-    def __init__(self, api_key, api_base=DEFAULT_API_BASE, *, timeout_s=120.0, first_poll_s=15.0,
-                 poll_every_s=5.0, http_timeout_s=30.0, session=None, breaker=None,
-                 clock=time.monotonic, sleep=time.sleep):
+    def __init__(
+        self,
+        api_key,
+        api_base=DEFAULT_API_BASE,
+        *,
+        timeout_s=120.0,
+        first_poll_s=15.0,
+        poll_every_s=5.0,
+        http_timeout_s=30.0,
+        session=None,
+        breaker=None,
+        clock=time.monotonic,
+        sleep=time.sleep,
+    ):
         if not api_key:
             raise KeyLevelError("NO_API_KEY", "set CAPTCHAAI_API_KEY")
         self._key = api_key
@@ -81,8 +92,9 @@ class CaptchaAI:
             self._breaker.check()
         failure = None
         try:
-            resp = self._session.post(f"{self.api_base}/{endpoint}", timeout=self.http_timeout_s,
-                                      data={"key": self._key, "json": 1, **fields})
+            resp = self._session.post(
+                f"{self.api_base}/{endpoint}", timeout=self.http_timeout_s, data={"key": self._key, "json": 1, **fields}
+            )
         except requests.RequestException as exc:
             # Raised outside the handler, so no traceback chains the message that quotes the URL.
             failure = type(exc).__name__
@@ -110,8 +122,13 @@ class CaptchaAI:
             if working >= threads:
                 # Our own solves stay under the cap, so a full plan means someone else uses the key
                 # (or a killed run's tasks still hold threads until CaptchaAI finishes them).
-                log.warning("CaptchaAI refused a submit with %s: all %d plan threads busy (%d working): "
-                            "another consumer is using this key", ZERO_BALANCE, threads, working)
+                log.warning(
+                    "CaptchaAI refused a submit with %s: all %d plan threads busy (%d working): "
+                    "another consumer is using this key",
+                    ZERO_BALANCE,
+                    threads,
+                    working,
+                )
                 raise TransientError(ZERO_BALANCE, f"all {threads} plan threads busy")
             # A free thread shows: the plan may be missing, or a thread freed up since the refusal.
             idle = idle and working == 0
@@ -121,8 +138,11 @@ class CaptchaAI:
             # tripping the breaker here would stop every run until an operator clears it.
             raise TransientError(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
         # Refused twice with nothing working at all: there is no active plan.
-        raise self._error(ZERO_BALANCE, f"refused twice with {threads - working} of {threads} threads free: no active plan",
-                          KeyLevelError)
+        raise self._error(
+            ZERO_BALANCE,
+            f"refused twice with {threads - working} of {threads} threads free: no active plan",
+            KeyLevelError,
+        )
 
     def poll(self, task_id, deadline, on_poll=None):
         """Poll one task on a fixed grid (first_poll_s, then every poll_every_s) until token or deadline.

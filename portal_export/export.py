@@ -38,13 +38,28 @@ class RegionOutcome:
 
 def backoff(base_s, jitter_s, rng=random):
     """tenacity wait: base x (2^n - 1) +- jitter before attempt n + 1."""
+
     def wait(retry_state):
-        return max(0.0, base_s * (2 ** retry_state.attempt_number - 1) + rng.uniform(-jitter_s, jitter_s))
+        return max(0.0, base_s * (2**retry_state.attempt_number - 1) + rng.uniform(-jitter_s, jitter_s))
+
     return wait
 
 
-def export_region(day, region, base_url, solver, *, attempts=4, retry_base_s=10.0, retry_jitter_s=10.0,
-                  http_timeout_s=30.0, rng=random, sleep=time.sleep, on_attempt=None, on_poll=None):
+def export_region(
+    day,
+    region,
+    base_url,
+    solver,
+    *,
+    attempts=4,
+    retry_base_s=10.0,
+    retry_jitter_s=10.0,
+    http_timeout_s=30.0,
+    rng=random,
+    sleep=time.sleep,
+    on_attempt=None,
+    on_poll=None,
+):
     """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises."""
     out = RegionOutcome(str(day), region)
     unsolvable = 0
@@ -56,13 +71,24 @@ def export_region(day, region, base_url, solver, *, attempts=4, retry_base_s=10.
             if on_attempt is not None:
                 on_attempt(out.attempts)
             try:
-                delivery = export_once(out.day, region, base_url, solver, http_timeout_s=http_timeout_s,
-                                       on_task=out.task_ids.append, on_poll=on_poll)
+                delivery = export_once(
+                    out.day,
+                    region,
+                    base_url,
+                    solver,
+                    http_timeout_s=http_timeout_s,
+                    on_task=out.task_ids.append,
+                    on_poll=on_poll,
+                )
             except UnsolvableError as err:
                 unsolvable += 1
                 if unsolvable >= 2:
-                    log.warning("day %s region %s: unsolvable twice (tasks %s); giving the region up",
-                                out.day, region, ", ".join(out.task_ids))
+                    log.warning(
+                        "day %s region %s: unsolvable twice (tasks %s); giving the region up",
+                        out.day,
+                        region,
+                        ", ".join(out.task_ids),
+                    )
                     out.status = "unsolvable"
                     return out
                 log.info("day %s region %s: %s; resubmitting once from a fresh page", out.day, region, err.code)
@@ -75,12 +101,24 @@ def export_region(day, region, base_url, solver, *, attempts=4, retry_base_s=10.
             return out
 
     def before_sleep(state):
-        log.warning("day %s region %s: %s (attempt %d of %d); retrying in %.1f s", out.day, region,
-                    state.outcome.exception(), state.attempt_number, attempts, state.upcoming_sleep)
+        log.warning(
+            "day %s region %s: %s (attempt %d of %d); retrying in %.1f s",
+            out.day,
+            region,
+            state.outcome.exception(),
+            state.attempt_number,
+            attempts,
+            state.upcoming_sleep,
+        )
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=backoff(retry_base_s, retry_jitter_s, rng),
-                                 retry=tenacity.retry_if_exception_type(TransientError), sleep=sleep,
-                                 before_sleep=before_sleep, reraise=True)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=backoff(retry_base_s, retry_jitter_s, rng),
+        retry=tenacity.retry_if_exception_type(TransientError),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
     try:
         return retrying(attempt)
     except TransientError as err:

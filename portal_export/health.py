@@ -56,4 +56,5 @@ def validate(health, max_unsolvable_ratio):
             "TOO_MANY_UNSOLVABLE",
             f"day {health['day']}: {health['unsolvable']} of {len(health['regions'])} regions unsolvable "
             f"({', '.join(health['unsolvable_regions'])}), ratio {health['unsolvable_ratio']:.2f} "
-            f"> {max_unsolvable_ratio:g}; re-attempt them with `make retry-unsolvable DAY={health['day']}`")
+            f"> {max_unsolvable_ratio:g}; re-attempt them with `make retry-unsolvable DAY={health['day']}`",
+        )

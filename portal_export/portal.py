@@ -57,19 +57,32 @@ def export_once(day, region, base_url, solver, *, http_timeout_s=30.0, session=N
     base_url = base_url.rstrip("/")
     what = f"day {day} region {region}"
     with nullcontext(session) if session else requests.Session() as s:
-        page = _http(s, "GET", f"{base_url}/export", f"export page of {what}", http_timeout_s,
-                     params={"day": day, "region": region})
+        page = _http(
+            s,
+            "GET",
+            f"{base_url}/export",
+            f"export page of {what}",
+            http_timeout_s,
+            params={"day": day, "region": region},
+        )
         if page.status_code >= 400:
             raise PermanentError(f"PORTAL_HTTP_{page.status_code}", f"export page of {what} at {page.url}")
         sitekey = find_sitekey(page.text)
         if not sitekey:
             raise PermanentError("NO_SITEKEY", f"no data-sitekey on the export page of {what} at {page.url}")
 
-        token, task_id, seconds = solver.solve({"googlekey": sitekey, "pageurl": page.url},
-                                               on_submit=on_task, on_poll=on_poll)
+        token, task_id, seconds = solver.solve(
+            {"googlekey": sitekey, "pageurl": page.url}, on_submit=on_task, on_poll=on_poll
+        )
         log.info("%s: CaptchaAI task %s solved in %.1f s", what, task_id, seconds)
-        resp = _http(s, "POST", f"{base_url}/export", f"form post of {what}", http_timeout_s,
-                     data={"day": day, "region": region, "g-recaptcha-response": token})
+        resp = _http(
+            s,
+            "POST",
+            f"{base_url}/export",
+            f"form post of {what}",
+            http_timeout_s,
+            data={"day": day, "region": region, "g-recaptcha-response": token},
+        )
         del token  # single use: nothing of it outlives the post
         if resp.status_code >= 400:
             solver.report_bad(task_id)
@@ -79,5 +92,7 @@ def export_once(day, region, base_url, solver, *, http_timeout_s=30.0, session=N
         except (ValueError, KeyError, TypeError):
             records = None
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise PermanentError("PORTAL_BAD_ANSWER", f"the form post of {what} did not answer JSON with a records list")
+            raise PermanentError(
+                "PORTAL_BAD_ANSWER", f"the form post of {what} did not answer JSON with a records list"
+            )
         return Delivery(records, task_id, seconds)

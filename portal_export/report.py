@@ -40,8 +40,19 @@ TABLE_DAYS = 14
 # The health file keys taken into the table, in column order.
 COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
 FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
-COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", "solves",
-           "unsolvable", "refused_tokens", "submits", "rows", "idle_slot_seconds")
+COLUMNS = (
+    "day",
+    "status",
+    "p95_solve_seconds",
+    ROLLING_COLUMN,
+    "unsolvable_ratio",
+    "solves",
+    "unsolvable",
+    "refused_tokens",
+    "submits",
+    "rows",
+    "idle_slot_seconds",
+)
 
 DAY_FILE = re.compile(r"portal_records_(\d{4}-\d{2}-\d{2})\.health\.json")
 FAILED_FILE = "failed.health.json"
@@ -53,8 +64,7 @@ COLOR_MISSING = "#7f7f7f"
 COLOR_RATIO = "#9467bd"
 COLOR_SOLVES = "#2ca02c"
 COLOR_ROWS = "#17becf"
-LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 9, "frameon": False,
-          "borderaxespad": 0.0}
+LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 9, "frameon": False, "borderaxespad": 0.0}
 
 
 class NoHealthFilesError(FileNotFoundError):
@@ -96,8 +106,7 @@ def _read_health(path):
         log.warning("skipped malformed health file %s: %s", path, e)
         return None
     if not isinstance(health, dict):
-        log.warning("skipped malformed health file %s: a JSON object was expected, not %s",
-                    path, type(health).__name__)
+        log.warning("skipped malformed health file %s: a JSON object was expected, not %s", path, type(health).__name__)
         return None
     return health
 
@@ -129,13 +138,13 @@ def load_health(data_dir):
         if health is None:
             continue
         if str(health.get("day", day)) != day.isoformat():
-            log.warning("%s says day %r; reported under %s, the day of its file name",
-                        path, health.get("day"), day)
+            log.warning("%s says day %r; reported under %s, the day of its file name", path, health.get("day"), day)
         by_day[day] = (status, health)
     if not by_day:
         raise NoHealthFilesError(
             f"no readable health files (portal_records_YYYY-MM-DD.health.json or "
-            f"regions/YYYY-MM-DD/{FAILED_FILE}) in data dir {data_dir}")
+            f"regions/YYYY-MM-DD/{FAILED_FILE}) in data dir {data_dir}"
+        )
 
     days = pd.date_range(min(by_day), max(by_day), freq="D")
     records = []
@@ -215,8 +224,15 @@ def plot_health(frame, max_unsolvable_ratio=None):
         for a, b in failed_runs:
             ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, color=COLOR_FAILED, alpha=0.15, lw=0, zorder=0)
         for a, b in missing_runs:
-            ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, facecolor=(0.5, 0.5, 0.5, 0.12),
-                       edgecolor=(0.5, 0.5, 0.5, 0.5), hatch="///", lw=0, zorder=0)
+            ax.axvspan(
+                x[a] - 0.5,
+                x[b - 1] + 0.5,
+                facecolor=(0.5, 0.5, 0.5, 0.12),
+                edgecolor=(0.5, 0.5, 0.5, 0.5),
+                hatch="///",
+                lw=0,
+                zorder=0,
+            )
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_axisbelow(True)
 
@@ -225,31 +241,56 @@ def plot_health(frame, max_unsolvable_ratio=None):
     failed = (frame["status"] == "failed").to_numpy()
     marker = {"marker": "o", "ms": 4} if n_days <= 120 else {}
     ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
-    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--",
-                label=f"rolling {ROLLING_DAYS}-day median of p95")
+    ax_p95.plot(
+        x,
+        _floats(frame[ROLLING_COLUMN]),
+        color=COLOR_MEDIAN,
+        lw=2.2,
+        ls="--",
+        label=f"rolling {ROLLING_DAYS}-day median of p95",
+    )
     if failed.any():
-        ax_p95.plot(x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED,
-                    label="p95 of a failed day")
+        ax_p95.plot(
+            x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED, label="p95 of a failed day"
+        )
     ax_p95.set_ylabel("p95 solve (s)")
     handles, labels = ax_p95.get_legend_handles_labels()
     if failed_runs:
         handles.append(Patch(facecolor=COLOR_FAILED, alpha=0.15, label="failed validation"))
     if missing_runs:
-        handles.append(Patch(facecolor=(0.5, 0.5, 0.5, 0.12), edgecolor=(0.5, 0.5, 0.5, 0.5),
-                             hatch="///", label="missing (no health file)"))
+        handles.append(
+            Patch(
+                facecolor=(0.5, 0.5, 0.5, 0.12),
+                edgecolor=(0.5, 0.5, 0.5, 0.5),
+                hatch="///",
+                label="missing (no health file)",
+            )
+        )
     _legend(ax_p95, handles)
     ax_p95.set_title("p95 solve time of the delivering solves", fontsize=10, loc="left")
 
     # Unsolvable ratio, against the validation threshold.
     ratio = _floats(frame["unsolvable_ratio"])
-    _bar(ax_ratio, x, ratio, ~failed, width=bar_width, color=COLOR_RATIO,
-         label="unsolvable ratio", **bar_style)
-    _bar(ax_ratio, x, ratio, failed, width=bar_width, color=COLOR_FAILED,
-         label="unsolvable ratio, failed day", **bar_style)
+    _bar(ax_ratio, x, ratio, ~failed, width=bar_width, color=COLOR_RATIO, label="unsolvable ratio", **bar_style)
+    _bar(
+        ax_ratio,
+        x,
+        ratio,
+        failed,
+        width=bar_width,
+        color=COLOR_FAILED,
+        label="unsolvable ratio, failed day",
+        **bar_style,
+    )
     top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
     if max_unsolvable_ratio is not None:
-        ax_ratio.axhline(max_unsolvable_ratio, color=COLOR_FAILED, ls="--", lw=1.2,
-                         label=f"validation threshold {max_unsolvable_ratio:g}")
+        ax_ratio.axhline(
+            max_unsolvable_ratio,
+            color=COLOR_FAILED,
+            ls="--",
+            lw=1.2,
+            label=f"validation threshold {max_unsolvable_ratio:g}",
+        )
         top = max(top, max_unsolvable_ratio)
     ax_ratio.set_ylim(0, max(0.05, min(1.0, top * 1.25)) if top <= 1 else top * 1.1)
     ax_ratio.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
@@ -262,16 +303,24 @@ def plot_health(frame, max_unsolvable_ratio=None):
     refused = _floats(frame["refused_tokens"])
     every = np.ones(n_days, dtype=bool)
     if long_range:
-        _bar(ax_solves, x, solves, every, width=bar_width, color=COLOR_SOLVES,
-             label="solves (delivered a region)", **bar_style)
+        _bar(
+            ax_solves,
+            x,
+            solves,
+            every,
+            width=bar_width,
+            color=COLOR_SOLVES,
+            label="solves (delivered a region)",
+            **bar_style,
+        )
         if np.isfinite(refused).any():
             ax_solves.step(x, refused, where="mid", color=COLOR_FAILED, lw=1.2, label="refused tokens")
     else:
         half = bar_width / 2
-        _bar(ax_solves, x - half / 2, solves, every, width=half, color=COLOR_SOLVES,
-             label="solves (delivered a region)")
-        _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED,
-             label="refused tokens")
+        _bar(
+            ax_solves, x - half / 2, solves, every, width=half, color=COLOR_SOLVES, label="solves (delivered a region)"
+        )
+        _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
     ax_solves.yaxis.get_major_locator().set_params(integer=True)
     ax_solves.set_ylabel("count")
     _legend(ax_solves)
@@ -279,22 +328,35 @@ def plot_health(frame, max_unsolvable_ratio=None):
 
     # Rows exported.
     rows = _floats(frame["rows"])
-    _bar(ax_rows, x, rows, ~failed, width=bar_width, color=COLOR_ROWS, label="rows exported",
-         **bar_style)
-    _bar(ax_rows, x, rows, failed, width=bar_width, facecolor="none", edgecolor=COLOR_FAILED,
-         lw=1.2, label="rows fetched, not exported\n(failed day)")
+    _bar(ax_rows, x, rows, ~failed, width=bar_width, color=COLOR_ROWS, label="rows exported", **bar_style)
+    _bar(
+        ax_rows,
+        x,
+        rows,
+        failed,
+        width=bar_width,
+        facecolor="none",
+        edgecolor=COLOR_FAILED,
+        lw=1.2,
+        label="rows fetched, not exported\n(failed day)",
+    )
     ax_rows.yaxis.get_major_locator().set_params(integer=True)
     ax_rows.set_ylabel("rows")
     _legend(ax_rows)
     ax_rows.set_title("rows in the day's records", fontsize=10, loc="left")
 
-    for ax, columns in ((ax_p95, ["p95_solve_seconds"]), (ax_ratio, ["unsolvable_ratio"]),
-                        (ax_solves, ["solves", "refused_tokens"]), (ax_rows, ["rows"])):
+    for ax, columns in (
+        (ax_p95, ["p95_solve_seconds"]),
+        (ax_ratio, ["unsolvable_ratio"]),
+        (ax_solves, ["solves", "refused_tokens"]),
+        (ax_rows, ["rows"]),
+    ):
         if ax is not ax_ratio:
             ax.set_ylim(0, max(1, ax.get_ylim()[1]))
         if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
-            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
-                    color=COLOR_MISSING, fontsize=11)
+            ax.text(
+                0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color=COLOR_MISSING, fontsize=11
+            )
     ax_rows.set_xlim(x[0] - 0.7, x[-1] + 0.7)
     if n_days <= 14:  # ConciseDateFormatter would count hours here
         ax_rows.xaxis.set_major_locator(mdates.DayLocator())
@@ -307,8 +369,10 @@ def plot_health(frame, max_unsolvable_ratio=None):
         ax_rows.xaxis.set_minor_locator(mdates.DayLocator())
 
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing") if counts.get(s, 0))
-    fig.suptitle(f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} "
-                 f"({n_days} day{'s' if n_days != 1 else ''}: {summary})", fontsize=13)
+    fig.suptitle(
+        f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} ({n_days} day{'s' if n_days != 1 else ''}: {summary})",
+        fontsize=13,
+    )
     return fig
 
 
@@ -343,16 +407,35 @@ def _cell(value, fmt):
 
 def format_table(frame, days=TABLE_DAYS):
     """The last `days` rows as a fixed-width text table; '-' where a number is unknown."""
-    spec = [("day", None, 10), ("status", None, 7), ("p95_s", ".1f", 6), ("p95_med7", ".1f", 8),
-            ("unsolv", ".0%", 6), ("solves", "d", 6), ("unsolv_n", "d", 8), ("refused", "d", 7),
-            ("submits", "d", 7), ("rows", "d", 7)]
-    source = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", "solves",
-              "unsolvable", "refused_tokens", "submits", "rows")
+    spec = [
+        ("day", None, 10),
+        ("status", None, 7),
+        ("p95_s", ".1f", 6),
+        ("p95_med7", ".1f", 8),
+        ("unsolv", ".0%", 6),
+        ("solves", "d", 6),
+        ("unsolv_n", "d", 8),
+        ("refused", "d", 7),
+        ("submits", "d", 7),
+        ("rows", "d", 7),
+    ]
+    source = (
+        "day",
+        "status",
+        "p95_solve_seconds",
+        ROLLING_COLUMN,
+        "unsolvable_ratio",
+        "solves",
+        "unsolvable",
+        "refused_tokens",
+        "submits",
+        "rows",
+    )
     lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, fmt, width in spec)]
     for row in frame.tail(days).itertuples(index=False):
         row = row._asdict()
         cells = []
-        for (name, fmt, width), key in zip(spec, source):
+        for (_name, fmt, width), key in zip(spec, source, strict=True):
             value = row[key]
             if key == "day":
                 cells.append(f"{value:%Y-%m-%d}")
@@ -378,13 +461,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m portal_export.report",
         description="Write the solve-health report (solve_health.csv and solve_health.png) "
-                    "from the day health files in the data dir.")
-    parser.add_argument("--data-dir", metavar="DIR", default=os.environ.get("PORTAL_DATA_DIR") or "data",
-                        help="where the health files are (default: env PORTAL_DATA_DIR, else 'data')")
-    parser.add_argument("--out-dir", metavar="DIR", default=None,
-                        help="where the report goes (default: DATA_DIR/report)")
-    parser.add_argument("--max-unsolvable-ratio", type=_ratio, default=None, metavar="X",
-                        help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)")
+        "from the day health files in the data dir.",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=os.environ.get("PORTAL_DATA_DIR") or "data",
+        help="where the health files are (default: env PORTAL_DATA_DIR, else 'data')",
+    )
+    parser.add_argument(
+        "--out-dir", metavar="DIR", default=None, help="where the report goes (default: DATA_DIR/report)"
+    )
+    parser.add_argument(
+        "--max-unsolvable-ratio",
+        type=_ratio,
+        default=None,
+        metavar="X",
+        help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)",
+    )
     args = parser.parse_args(argv)
 
     handler = logging.StreamHandler(sys.stderr)
@@ -403,8 +497,10 @@ def main(argv=None):
 
     counts = frame["status"].value_counts()
     shown = min(TABLE_DAYS, len(frame))
-    print(f"solve health, last {shown} of {len(frame)} days "
-          f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):")
+    print(
+        f"solve health, last {shown} of {len(frame)} days "
+        f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):"
+    )
     print(format_table(frame))
     print(f"table: {csv_path}")
     print(f"plot:  {png_path}")

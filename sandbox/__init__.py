@@ -13,9 +13,18 @@ Protocol choices where the real service leaves room:
 - fault schedule indexes count requests to the endpoint since its plans were installed
   (start, or configure(faults=...)).
 """
+
 from .config import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, SandboxConfig
 from .portal_data import REGIONS, expected_records, sitekey_for
 from .sandbox import Sandbox
 
-__all__ = ["Sandbox", "SandboxConfig", "FaultPlan", "SANDBOX_KEY", "NO_PLAN_KEY",
-           "REGIONS", "sitekey_for", "expected_records"]
+__all__ = [
+    "Sandbox",
+    "SandboxConfig",
+    "FaultPlan",
+    "SANDBOX_KEY",
+    "NO_PLAN_KEY",
+    "REGIONS",
+    "sitekey_for",
+    "expected_records",
+]

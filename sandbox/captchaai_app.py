@@ -1,4 +1,5 @@
 """WSGI app speaking CaptchaAI's in.php / res.php protocol, plus /_sandbox/* read-outs."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,14 @@ from .faults import ResetConnection, html_error
 from .portal_data import region_of_sitekey
 from .state import NOT_READY, SandboxState
 
-_URLS = Map([
-    Rule("/in.php", endpoint="in.php"),
-    Rule("/res.php", endpoint="res.php"),
-    Rule("/_sandbox/stats", endpoint="stats", methods=["GET"]),
-    Rule("/_sandbox/tasks", endpoint="tasks", methods=["GET"]),
-])
+_URLS = Map(
+    [
+        Rule("/in.php", endpoint="in.php"),
+        Rule("/res.php", endpoint="res.php"),
+        Rule("/_sandbox/stats", endpoint="stats", methods=["GET"]),
+        Rule("/_sandbox/tasks", endpoint="tasks", methods=["GET"]),
+    ]
+)
 
 
 def _json(obj) -> Response:

@@ -1,4 +1,5 @@
 """`python -m sandbox`: run both servers until SIGTERM/SIGINT, announcing them as one JSON line."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,14 @@ def _solve(text: str) -> dict:
         values = [float(n) for n in nums]
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad number in {text!r}") from None
-    shapes = {"fixed": ("solve_s",), "uniform": ("solve_min_s", "solve_max_s"),
-              "lognormal": ("solve_median_s", "solve_sigma")}
+    shapes = {
+        "fixed": ("solve_s",),
+        "uniform": ("solve_min_s", "solve_max_s"),
+        "lognormal": ("solve_median_s", "solve_sigma"),
+    }
     if name not in shapes or len(values) != len(shapes[name]):
         raise argparse.ArgumentTypeError(f"expected fixed:S, uniform:MIN:MAX or lognormal:MEDIAN:SIGMA, got {text!r}")
-    return {"solve": name, **dict(zip(shapes[name], values))}
+    return {"solve": name, **dict(zip(shapes[name], values, strict=True))}
 
 
 def _fault(text: str) -> tuple[str, float, tuple]:
@@ -46,8 +50,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--time-scale", type=float, default=1.0, help="multiplies every sandbox duration")
-    p.add_argument("--solve", type=_solve, default={"solve": "fixed", "solve_s": 20.0},
-                   help="fixed:S | uniform:MIN:MAX | lognormal:MEDIAN:SIGMA (seconds)")
+    p.add_argument(
+        "--solve",
+        type=_solve,
+        default={"solve": "fixed", "solve_s": 20.0},
+        help="fixed:S | uniform:MIN:MAX | lognormal:MEDIAN:SIGMA (seconds)",
+    )
     p.add_argument("--threads", type=int, default=5, help="plan threads")
     p.add_argument("--unsolvable-sitekey", nargs="+", action="extend", default=[], metavar="REGION_OR_SITEKEY")
     p.add_argument("--unsolvable-rate", type=float, default=0.0)
@@ -64,12 +72,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def config_from_args(args: argparse.Namespace) -> SandboxConfig:
     return SandboxConfig(
-        seed=args.seed, time_scale=args.time_scale, threads=args.threads, **args.solve,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        threads=args.threads,
+        **args.solve,
         unsolvable_sitekeys=frozenset(sitekey_for(s) if s in REGIONS else s for s in args.unsolvable_sitekey),
         unsolvable_rate=args.unsolvable_rate,
         faults={e: FaultPlan(rate=r, kinds=k, slow_s=args.slow_s) for e, r, k in args.fault},
-        token_validity_s=args.token_validity_s, ban_after=args.ban_after, ban_s=args.ban_s,
-        captchaai_port=args.captchaai_port, portal_port=args.portal_port,
+        token_validity_s=args.token_validity_s,
+        ban_after=args.ban_after,
+        ban_s=args.ban_s,
+        captchaai_port=args.captchaai_port,
+        portal_port=args.portal_port,
     )
 
 
@@ -92,8 +106,9 @@ def main(argv=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):  # installed before serving: no window to die uncleanly
         signal.signal(sig, lambda *_: stop.set())
     with Sandbox(config) as sb:
-        line = json.dumps({"captchaai_url": sb.captchaai_url, "portal_url": sb.portal_url,
-                           "key": SANDBOX_KEY, "pid": os.getpid()})
+        line = json.dumps(
+            {"captchaai_url": sb.captchaai_url, "portal_url": sb.portal_url, "key": SANDBOX_KEY, "pid": os.getpid()}
+        )
         print(line, flush=True)
         if args.ready_file:
             _write_atomically(args.ready_file, line + "\n")

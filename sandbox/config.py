@@ -1,4 +1,5 @@
 """Sandbox settings: accounts, solve-time model, faults. Immutable; Sandbox.configure swaps a copy."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Deciding which requests fault, and the canned bad answers they get."""
+
 from __future__ import annotations
 
 import random
@@ -42,9 +43,9 @@ class FaultInjector:
 
 _HTML = {
     500: "<html><head><title>500 Internal Server Error</title></head><body><center>"
-         "<h1>500 Internal Server Error</h1></center><hr><center>nginx</center></body></html>",
+    "<h1>500 Internal Server Error</h1></center><hr><center>nginx</center></body></html>",
     502: "<html><head><title>502 Bad Gateway</title></head><body><center>"
-         "<h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>",
+    "<h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>",
 }
 
 

@@ -3,6 +3,7 @@
 The portal verifies tokens against the shared state, the way a real site asks
 Google's siteverify about tokens Google issued.
 """
+
 from __future__ import annotations
 
 import html
@@ -82,11 +83,9 @@ class PortalApp:
             return _error(400, "bad-day")
         if region not in REGIONS:
             return _error(400, "bad-region")
-        reason = self.state.verify(request.cookies.get(COOKIE), day, region,
-                                   form.get("g-recaptcha-response", ""))
+        reason = self.state.verify(request.cookies.get(COOKIE), day, region, form.get("g-recaptcha-response", ""))
         if reason:
             return _error(403, reason)
         records = expected_records(day, region, self.state.cfg.records_per_region)
         # ensure_ascii=False keeps non-ASCII text as UTF-8, as a real JSON API would
-        return Response(json.dumps({"records": records}, ensure_ascii=False),
-                        mimetype="application/json")
+        return Response(json.dumps({"records": records}, ensure_ascii=False), mimetype="application/json")

@@ -3,6 +3,7 @@
 Everything is derived from (day, region) alone, never from the sandbox seed, so a
 test or the demo can compute the expected export without access to the config.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -50,16 +51,22 @@ def expected_records(day, region: str, records_per_region: tuple = (3, 12)) -> l
     records = []
     for i in range(rng.randint(lo, hi)):
         units = rng.randint(0, 500)
-        records.append({
-            "record_id": f"{region}-{day}-{i:04d}",
-            "region": region,
-            "day": day,
-            "units": units,
-            "amount": round(units * rng.uniform(0.5, 40.0), 2),
-            "approved": rng.random() < 0.7,
-            "note": None if rng.random() < 0.5 else f"batch {rng.randint(1, 99)}",
-            "partner": {"name": rng.choice(_PARTNERS), "id": rng.randint(1000, 9999),
-                        "score": round(rng.random(), 3), "flags": None},
-            "channel": rng.choice(_CHANNELS),
-        })
+        records.append(
+            {
+                "record_id": f"{region}-{day}-{i:04d}",
+                "region": region,
+                "day": day,
+                "units": units,
+                "amount": round(units * rng.uniform(0.5, 40.0), 2),
+                "approved": rng.random() < 0.7,
+                "note": None if rng.random() < 0.5 else f"batch {rng.randint(1, 99)}",
+                "partner": {
+                    "name": rng.choice(_PARTNERS),
+                    "id": rng.randint(1000, 9999),
+                    "score": round(rng.random(), 3),
+                    "flags": None,
+                },
+                "channel": rng.choice(_CHANNELS),
+            }
+        )
     return records

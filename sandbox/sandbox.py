@@ -1,4 +1,5 @@
 """The Sandbox: both servers in one process around one shared state."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,13 +24,15 @@ class Sandbox:
         self._servers: list[ServerThread] = []
 
     # ── lifecycle ────────────────────────────────────────────────────────────
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         if self._state is not None:
             raise RuntimeError("sandbox already started")
         self._state = state = SandboxState(self._config)
         try:
-            self._servers = [ServerThread(HOST, self._config.captchaai_port, CaptchaAIApp(state)),
-                             ServerThread(HOST, self._config.portal_port, PortalApp(state))]
+            self._servers = [
+                ServerThread(HOST, self._config.captchaai_port, CaptchaAIApp(state)),
+                ServerThread(HOST, self._config.portal_port, PortalApp(state)),
+            ]
         except BaseException:
             for server in self._servers:
                 server.server.server_close()
@@ -50,7 +53,7 @@ class Sandbox:
             stopper.join()
         self._servers, self._state = [], None
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -74,7 +77,7 @@ class Sandbox:
         return self._url(1)
 
     def _url(self, which: int) -> str:
-        self._live  # raises if not started
+        _ = self._live  # raises if not started
         return self._servers[which].url
 
     # ── control and read-outs ────────────────────────────────────────────────

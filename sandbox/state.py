@@ -1,4 +1,5 @@
 """In-memory state shared by the CaptchaAI server and the portal (one lock guards it all)."""
+
 from __future__ import annotations
 
 import base64
@@ -52,10 +53,10 @@ class SandboxState:
         self._next_id = random.Random(f"{seed}|ids").randrange(7 * 10**10, 8 * 10**10)
         self.faults = FaultInjector(config.faults, seed)
         self.tasks: dict[str, Task] = {}
-        self._tokens: dict[str, str] = {}          # token -> task id
-        self._holds: list[list] = []               # [start, end, key] per plan thread hold, for the timeline
-        self._active: list[list] = []              # the holds not yet over, for the per-request checks
-        self._sessions: dict[str, dict] = {}       # cookie -> {(day, region): page url}
+        self._tokens: dict[str, str] = {}  # token -> task id
+        self._holds: list[list] = []  # [start, end, key] per plan thread hold, for the timeline
+        self._active: list[list] = []  # the holds not yet over, for the per-request checks
+        self._sessions: dict[str, dict] = {}  # cookie -> {(day, region): page url}
         self._bad_key_times: dict[str, deque] = {}  # ip -> times of bad-key requests
         self._banned_until: dict[str, float] = {}
         self.stats = Stats(epoch=0.0)
@@ -163,8 +164,12 @@ class SandboxState:
             by_rate = self._rng_unsolvable.random() < cfg.unsolvable_rate
             marked = cfg.unsolvable_sitekeys
             task = Task(
-                id=str(self._next_id), key=key, googlekey=googlekey, pageurl=pageurl,
-                submit_t=now, ready_t=now + solve_s,
+                id=str(self._next_id),
+                key=key,
+                googlekey=googlekey,
+                pageurl=pageurl,
+                submit_t=now,
+                ready_t=now + solve_s,
                 unsolvable=by_rate or googlekey in marked or region_of_sitekey(googlekey) in marked,
             )
             self._next_id += 1
@@ -270,13 +275,20 @@ class SandboxState:
     def task_list(self) -> list[dict]:
         with self.lock:
             now = self.now()
-            return [{
-                "id": t.id, "googlekey": t.googlekey, "pageurl": t.pageurl,
-                "submit_t": round(t.submit_t, 6), "ready_t": round(t.ready_t, 6),
-                "solve_s": round(t.ready_t - t.submit_t, 6),
-                "status": "pending" if now < t.ready_t else ("unsolvable" if t.unsolvable else "ready"),
-                "polls": t.polls,
-                "token_posted_t": None if t.token_posted_t is None else round(t.token_posted_t, 6),
-                "token_accepted": t.accepted,
-                "reported_bad": t.reported_bad, "reported_good": t.reported_good,
-            } for t in self.tasks.values()]
+            return [
+                {
+                    "id": t.id,
+                    "googlekey": t.googlekey,
+                    "pageurl": t.pageurl,
+                    "submit_t": round(t.submit_t, 6),
+                    "ready_t": round(t.ready_t, 6),
+                    "solve_s": round(t.ready_t - t.submit_t, 6),
+                    "status": "pending" if now < t.ready_t else ("unsolvable" if t.unsolvable else "ready"),
+                    "polls": t.polls,
+                    "token_posted_t": None if t.token_posted_t is None else round(t.token_posted_t, 6),
+                    "token_accepted": t.accepted,
+                    "reported_bad": t.reported_bad,
+                    "reported_good": t.reported_good,
+                }
+                for t in self.tasks.values()
+            ]

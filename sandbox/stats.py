@@ -1,4 +1,5 @@
 """Counters the tests and benchmarks read back; all JSON-serializable, keys masked."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -34,19 +35,19 @@ def thread_timeline(intervals, epoch: float, now: float):
 class Stats:
     def __init__(self, epoch: float):
         self.epoch = epoch
-        self.requests = Counter()        # endpoint -> requests (faulted ones included)
-        self.actions = Counter()         # res.php action -> requests
+        self.requests = Counter()  # endpoint -> requests (faulted ones included)
+        self.actions = Counter()  # res.php action -> requests
         self.codes = defaultdict(Counter)  # endpoint -> status-0 code answered -> n
         self.faults = defaultdict(Counter)  # endpoint -> fault kind -> n
-        self.submits = Counter()         # masked key -> tasks created
-        self.polls = Counter()           # task id -> action=get requests
-        self.key_in_query = 0            # requests carrying key= in the URL query string
+        self.submits = Counter()  # masked key -> tasks created
+        self.polls = Counter()  # task id -> action=get requests
+        self.key_in_query = 0  # requests carrying key= in the URL query string
         self.bad_key_requests = 0
         self.ip_bans = 0
         self.tokens_issued = 0
         self.tokens_accepted = 0
         self.tokens_refused = Counter()  # reason -> n
-        self.ready_to_post_s = []        # per accepted token: ready_t -> posted to the portal
+        self.ready_to_post_s = []  # per accepted token: ready_t -> posted to the portal
 
     def as_dict(self, now: float, threads_limit: int, intervals) -> dict:
         timeline, peak, in_use = thread_timeline(intervals, self.epoch, now)

@@ -1,4 +1,5 @@
 """A werkzeug server in a background thread: quiet, and able to reset a connection."""
+
 from __future__ import annotations
 
 import socket
@@ -39,8 +40,12 @@ class ServerThread:
         self.server = make_server(host, port, app, threaded=True, request_handler=ResettingHandler)
         self.url = f"http://{host}:{self.server.port}"
         # short poll interval: stop() waits at most this long for the serve loop
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"sandbox-{self.server.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name=f"sandbox-{self.server.port}",
+            daemon=True,
+        )
 
     def start(self) -> None:
         self._thread.start()

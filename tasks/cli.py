@@ -87,7 +87,9 @@ def choose_scheduler():
         # keep-alive: a run that finds every captchaai slot taken waits its turn instead of exiting
         return ["--scheduler-url", url, "--worker-keep-alive"], url
     if mode == "central":
-        raise UsageError(f"SCHEDULER=central, but no central scheduler answers at {url}: start it with `make scheduler`")
+        raise UsageError(
+            f"SCHEDULER=central, but no central scheduler answers at {url}: start it with `make scheduler`"
+        )
     say(f"scheduler: local (no central scheduler answers at {url})")
     return ["--local-scheduler"], None
 
@@ -131,11 +133,15 @@ def plan_check(args, strict=False, url=None):
         return [str(err)]
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
-    say(f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
-        + ("ok" if not problems else "; ".join(problems)))
+    say(
+        f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
+        + ("ok" if not problems else "; ".join(problems))
+    )
     if working >= threads:
-        say(f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
-            "solves wait for threads to free up")
+        say(
+            f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
+            "solves wait for threads to free up"
+        )
     return problems
 
 
@@ -167,9 +173,12 @@ def wait_for_other_runs(url, days):
     sched = luigi.rpc.RemoteScheduler(url)
     told = False
     while not all(DayExport(d).complete() for d in days):
-        busy = [task_id for status in ("RUNNING", "PENDING")
-                for task_id, task in sched.task_list(status, "").items()
-                if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))]
+        busy = [
+            task_id
+            for status in ("RUNNING", "PENDING")
+            for task_id, task in sched.task_list(status, "").items()
+            if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))
+        ]
         if not busy:
             return
         if not told:
@@ -243,8 +252,10 @@ def run_luigi(args, task_argv, days, redone_at=None):
         if all(DayExport(d).complete() for d in days):
             return 0  # done, by whichever run did it
         if code == codes.already_running:
-            say(f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})"
-                " or, through the central scheduler, tasks of these days")
+            say(
+                f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})"
+                " or, through the central scheduler, tasks of these days"
+            )
     return code
 
 
@@ -273,16 +284,29 @@ def cmd_backfill(args):
     # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
     # most; both are widened to the range so that it covers exactly [START, STOP). One day more
     # than needed keeps START when the run crosses midnight UTC before RangeDaily reads the clock.
-    task_argv = ["RangeDaily", "--of", "DayExport", "--start", start.isoformat(), "--stop", stop.isoformat(),
-                 "--days-back", str((today - start).days + 2), "--task-limit", str(limit)]
+    task_argv = [
+        "RangeDaily",
+        "--of",
+        "DayExport",
+        "--start",
+        start.isoformat(),
+        "--stop",
+        stop.isoformat(),
+        "--days-back",
+        str((today - start).days + 2),
+        "--task-limit",
+        str(limit),
+    ]
     if args.newest_first:
         task_argv.append("--reverse")
     code = run_luigi(args, task_argv, days)
     missing = [d for d in days if not DayExport(d).complete()]
     if missing:
         failed = [d for d in missing if Path(targets.failed_health_path(d)).exists()]
-        say(f"backfill: {len(missing)} of {len(days)} days missing: {', '.join(map(str, missing))}"
-            + (f" (failed validation: {', '.join(map(str, failed))})" if failed else ""))
+        say(
+            f"backfill: {len(missing)} of {len(days)} days missing: {', '.join(map(str, missing))}"
+            + (f" (failed validation: {', '.join(map(str, failed))})" if failed else "")
+        )
         return code or 1
     say(f"backfill: all {len(days)} days of [{start}, {stop}) complete in {config.data_dir()}")
     return code
@@ -325,8 +349,9 @@ def cmd_report(args):
     """The solve-health report of the configured data dir, with the configured validation threshold."""
     from portal_export import report  # pandas and matplotlib: only this command needs them
 
-    return report.main(["--data-dir", str(config.data_dir()),
-                        "--max-unsolvable-ratio", str(config.portal().max_unsolvable_ratio)])
+    return report.main(
+        ["--data-dir", str(config.data_dir()), "--max-unsolvable-ratio", str(config.portal().max_unsolvable_ratio)]
+    )
 
 
 def cmd_scheduler(args):

@@ -23,8 +23,10 @@ class DayExport(PortalTask):
 
     def output(self):
         # RangeDaily finds complete days by these paths: they exist only for validated days.
-        return {"records": luigi.LocalTarget(targets.day_records_path(self.date)),
-                "health": luigi.LocalTarget(targets.day_health_path(self.date))}
+        return {
+            "records": luigi.LocalTarget(targets.day_records_path(self.date)),
+            "health": luigi.LocalTarget(targets.day_health_path(self.date)),
+        }
 
     def work(self):
         regions = config.regions()

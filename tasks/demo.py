@@ -34,8 +34,10 @@ def summarize(data_dir):
         for k in totals:
             totals[k] += h[k]
         unsolvable = ", ".join(h["unsolvable_regions"]) or "-"
-        lines.append(f"  {h['day']}  rows {h['rows']:4d}  solves {h['solves']}  unsolvable {h['unsolvable']} ({unsolvable})"
-                     f"  p95 {h['p95_solve_seconds']:.1f} s")
+        lines.append(
+            f"  {h['day']}  rows {h['rows']:4d}  solves {h['solves']}  unsolvable {h['unsolvable']} ({unsolvable})"
+            f"  p95 {h['p95_solve_seconds']:.1f} s"
+        )
     return lines, totals
 
 
@@ -45,25 +47,39 @@ def main():
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     (root / "demo.cfg").write_text(DEMO_CFG)
-    cfg = SandboxConfig(seed=7, time_scale=0.1, solve="lognormal", solve_median_s=25.0, solve_sigma=0.35,
-                        unsolvable_sitekeys=frozenset({sitekey_for("east")}))
+    cfg = SandboxConfig(
+        seed=7,
+        time_scale=0.1,
+        solve="lognormal",
+        solve_median_s=25.0,
+        solve_sigma=0.35,
+        unsolvable_sitekeys=frozenset({sitekey_for("east")}),
+    )
     with Sandbox(cfg) as sb:
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
-        env = {**os.environ, "CAPTCHAAI_API_KEY": SANDBOX_KEY, "CAPTCHAAI_API_BASE": sb.captchaai_url,
-               "PORTAL_BASE_URL": sb.portal_url, "PORTAL_DATA_DIR": str(data_dir),
-               "LUIGI_CONFIG_PATH": str(root / "demo.cfg")}
+        env = {
+            **os.environ,
+            "CAPTCHAAI_API_KEY": SANDBOX_KEY,
+            "CAPTCHAAI_API_BASE": sb.captchaai_url,
+            "PORTAL_BASE_URL": sb.portal_url,
+            "PORTAL_DATA_DIR": str(data_dir),
+            "LUIGI_CONFIG_PATH": str(root / "demo.cfg"),
+        }
         with open(root / "luigi.log", "w") as log:
-            code = subprocess.run([sys.executable, "-m", "tasks", "backfill", *DAYS], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [sys.executable, "-m", "tasks", "backfill", *DAYS], env=env, stdout=log, stderr=subprocess.STDOUT
+            ).returncode
         stats = sb.stats()
     said = [line for line in (root / "luigi.log").read_text().splitlines() if line.startswith(("scheduler:", "plan:"))]
     print("\n".join(f"demo: {line}" for line in said))  # which scheduler ran it, and the plan check
     lines, totals = summarize(data_dir)
     print(f"demo: {len(lines)} days exported through RangeDaily --of DayExport (exit {code}):")
     print("\n".join(lines))
-    print(f"demo: {totals['rows']} rows, {totals['solves']} solves, {totals['unsolvable']} unsolvable regions; "
-          f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap 4), "
-          f"{stats['key_in_query']} requests with the key in a URL")
+    print(
+        f"demo: {totals['rows']} rows, {totals['solves']} solves, {totals['unsolvable']} unsolvable regions; "
+        f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap 4), "
+        f"{stats['key_in_query']} requests with the key in a URL"
+    )
     print(f"demo: outputs in {data_dir}/ (portal_records_*.jsonl, *.health.json); Luigi's log in {root / 'luigi.log'}")
     return code
 

@@ -21,8 +21,15 @@ def make_solver():
     key = config.api_key()
     breaker = KeyBreaker(config.state_dir(), key)
     breaker.check()  # an open breaker fails the region at once, before it loads a page it cannot use
-    return CaptchaAI(key, config.api_base(), timeout_s=cfg.timeout_s, first_poll_s=cfg.first_poll_s,
-                     poll_every_s=cfg.poll_every_s, http_timeout_s=cfg.http_timeout_s, breaker=breaker)
+    return CaptchaAI(
+        key,
+        config.api_base(),
+        timeout_s=cfg.timeout_s,
+        first_poll_s=cfg.first_poll_s,
+        poll_every_s=cfg.poll_every_s,
+        http_timeout_s=cfg.http_timeout_s,
+        breaker=breaker,
+    )
 
 
 class RegionExport(PortalTask):
@@ -54,15 +61,29 @@ class RegionExport(PortalTask):
             self.set_progress_percentage(min(95, int(100 * elapsed / timeout)))
 
         p = config.portal()
-        outcome = export_region(self.date, self.region, config.portal_base_url(), self.make_solver(),
-                                attempts=p.attempts, retry_base_s=p.retry_base_s, retry_jitter_s=p.retry_jitter_s,
-                                http_timeout_s=config.captchaai().http_timeout_s,
-                                on_attempt=on_attempt, on_poll=on_poll)
+        outcome = export_region(
+            self.date,
+            self.region,
+            config.portal_base_url(),
+            self.make_solver(),
+            attempts=p.attempts,
+            retry_base_s=p.retry_base_s,
+            retry_jitter_s=p.retry_jitter_s,
+            http_timeout_s=config.captchaai().http_timeout_s,
+            on_attempt=on_attempt,
+            on_poll=on_poll,
+        )
         facts = outcome.to_dict()
         with self.output().open("w") as f:
             json.dump(facts, f, ensure_ascii=False)
-        log.info("day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s", self.date, self.region,
-                 outcome.status, facts["rows"], ",".join(outcome.task_ids),
-                 "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s")
+        log.info(
+            "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
+            self.date,
+            self.region,
+            outcome.status,
+            facts["rows"],
+            ",".join(outcome.task_ids),
+            "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s",
+        )
         self.set_status_message(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
         self.set_progress_percentage(100)

@@ -67,16 +67,33 @@ def start(url, answers, say):
         private.mkdir(parents=True, exist_ok=True)
         private.chmod(0o700)
     luigid = Path(sys.executable).with_name("luigid")
-    subprocess.run([str(luigid), "--background", "--pidfile", str(PIDFILE), "--logdir", str(VAR / "log"),
-                    "--state-path", str(VAR / "luigid" / "state.pickle"), "--address", "127.0.0.1",
-                    "--port", str(parts.port or 8082)],
-                   cwd=VAR, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)}, check=True)
+    subprocess.run(
+        [
+            str(luigid),
+            "--background",
+            "--pidfile",
+            str(PIDFILE),
+            "--logdir",
+            str(VAR / "log"),
+            "--state-path",
+            str(VAR / "luigid" / "state.pickle"),
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(parts.port or 8082),
+        ],
+        cwd=VAR,
+        env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+        check=True,
+    )
     for _ in range(100):
         if answers(url):
             if PIDFILE.exists():
                 PIDFILE.chmod(0o644)  # written under umask 0 too: nobody else may redirect `scheduler-stop`
-            say(f"scheduler: luigid running at {url} (pid {running_pid()}); visualiser {url}; "
-                f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`")
+            say(
+                f"scheduler: luigid running at {url} (pid {running_pid()}); visualiser {url}; "
+                f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`"
+            )
             return 0
         time.sleep(0.1)
     say(f"error: luigid did not answer at {url} within 10 s; see {VAR / 'log'}")

@@ -12,8 +12,14 @@ TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's k
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Each test writes into its own data dir and sees only the environment it sets."""
-    for name in ("CAPTCHAAI_API_KEY", "CAPTCHAAI_API_BASE", "PORTAL_BASE_URL", "LUIGI_CONFIG_PATH",
-                 "SCHEDULER", "LUIGI_SCHEDULER_URL"):
+    for name in (
+        "CAPTCHAAI_API_KEY",
+        "CAPTCHAAI_API_BASE",
+        "PORTAL_BASE_URL",
+        "LUIGI_CONFIG_PATH",
+        "SCHEDULER",
+        "LUIGI_SCHEDULER_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
     luigi.task.Register.clear_instance_cache()
@@ -47,6 +53,7 @@ def luigi_cfg():
 @pytest.fixture
 def data_dir():
     from pathlib import Path
+
     return Path(os.environ["PORTAL_DATA_DIR"])
 
 
@@ -120,6 +127,7 @@ def luigid(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------- live runs of the real CLI (tests/test_live_*.py)
 
+
 class CliRun:
     """One finished `python -m tasks ...`: exit code, output, wall time."""
 
@@ -149,9 +157,13 @@ def cli(tmp_path):
     def start(*argv, **env):
         """The run in the background: a Popen, whose output cli.output(proc) reads."""
         n = next(count)
-        proc = subprocess.Popen([sys.executable, "-m", "tasks", *map(str, argv)], cwd=ROOT,
-                                env={**os.environ, **env}, stdout=open(tmp_path / f"cli-{n}.out", "w"),
-                                stderr=open(tmp_path / f"cli-{n}.err", "w"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks", *map(str, argv)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=open(tmp_path / f"cli-{n}.out", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
+            stderr=open(tmp_path / f"cli-{n}.err", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
+        )
         proc.out_path, proc.err_path = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
         started.append(proc)
         return proc
@@ -203,20 +215,22 @@ class Luigid:
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
 
     def __init__(self, home):
+        import configparser
         import subprocess
         import sys
         import time
 
         import requests
 
-        import configparser
-
         from tasks.scheduler import luigid_config
 
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
-        self.state_path, self.history_db, self.log = (self.home / "state.pickle", self.home / "history.db",
-                                                      self.home / "luigid.log")
+        self.state_path, self.history_db, self.log = (
+            self.home / "state.pickle",
+            self.home / "history.db",
+            self.home / "luigid.log",
+        )
         # The config `make scheduler` writes (from luigi.cfg), with its state and history moved here.
         cfg = luigid_config(self.home / "luigid.cfg")
         parser = configparser.ConfigParser(interpolation=None)
@@ -229,10 +243,20 @@ class Luigid:
         self.url = f"http://127.0.0.1:{port}"
         self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("luigid")), "--address", "127.0.0.1", "--port", str(port),
-             "--state-path", str(self.state_path)],
-            cwd=self.home, env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+            [
+                str(Path(sys.executable).with_name("luigid")),
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--state-path",
+                str(self.state_path),
+            ],
+            cwd=self.home,
+            env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+            stdout=open(self.log, "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
+            stderr=subprocess.STDOUT,
+        )
         for _ in range(200):
             try:
                 requests.get(self.url, timeout=1, allow_redirects=False)

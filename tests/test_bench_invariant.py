@@ -17,8 +17,16 @@ FP, EVERY = 1.5, 0.5  # the bench's poll schedule
 
 def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     # Solves of 0.5 s, polled at 0.3 s then every 0.1 s: 8 regions at cap 2 take about 3 s.
-    case = Case("invariant", "luigi", n_days=2, cap=2, workers=4, first_day=datetime.date(2026, 1, 1),
-                sandbox={"solve": "fixed", "solve_s": 5.0}, timings={"first_poll_s": 0.3, "poll_every_s": 0.1})
+    case = Case(
+        "invariant",
+        "luigi",
+        n_days=2,
+        cap=2,
+        workers=4,
+        first_day=datetime.date(2026, 1, 1),
+        sandbox={"solve": "fixed", "solve_s": 5.0},
+        timings={"first_poll_s": 0.3, "poll_every_s": 0.1},
+    )
     record = runner.run(case, tmp_path)
     summary = metrics.summarize(record, 0.3, 0.1)
     assert record["exit"] == 0, (tmp_path / "invariant" / "log.txt").read_text()[-3000:]
@@ -30,14 +38,17 @@ def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     assert summary["over_age_limit"] == 0
 
 
-@pytest.mark.parametrize("s, expected", [
-    (0.7, 1.5),   # ready before the first poll: seen at the first poll
-    (1.5, 1.5),   # exactly on a tick: seen at that tick
-    (1.51, 2.0),
-    (3.0, 3.0),
-    (3.2, 3.5),
-    (8.1, 8.5),
-])
+@pytest.mark.parametrize(
+    "s, expected",
+    [
+        (0.7, 1.5),  # ready before the first poll: seen at the first poll
+        (1.5, 1.5),  # exactly on a tick: seen at that tick
+        (1.51, 2.0),
+        (3.0, 3.0),
+        (3.2, 3.5),
+        (8.1, 8.5),
+    ],
+)
 def test_p_is_the_first_poll_tick_at_or_after_the_solve(s, expected):
     assert metrics.p(s, FP, EVERY) == pytest.approx(expected)
 
@@ -70,15 +81,31 @@ def test_slot_utilisation_and_handoff_gaps():
 
 def test_summarize_a_hand_made_run():
     def task(i, submit, solve, posted, polls):
-        return {"id": str(i), "submit_t": submit, "ready_t": submit + solve, "solve_s": solve,
-                "token_posted_t": posted, "polls": polls}
+        return {
+            "id": str(i),
+            "submit_t": submit,
+            "ready_t": submit + solve,
+            "solve_s": solve,
+            "token_posted_t": posted,
+            "polls": polls,
+        }
 
     # Cap 2: two solves from t=1, then one in the slot freed at 4.6; one more task died (not delivered).
-    tasks = [task(1, 1.0, 2.2, 3.55, 3), task(2, 1.1, 3.2, 4.6, 5), task(3, 3.6, 1.0, 5.12, 1),
-             task(4, 4.7, 0.5, None, 1)]
-    run = {"cap": 2, "t_start": 0.0, "t_end": 8.0, "tasks": tasks, "expected": 3,
-           "delivered": {"d/north": "1", "d/south": "2", "d/east": "3"},
-           "stats": {"actions": {"get": 11}, "threads": {"peak": 2}}}
+    tasks = [
+        task(1, 1.0, 2.2, 3.55, 3),
+        task(2, 1.1, 3.2, 4.6, 5),
+        task(3, 3.6, 1.0, 5.12, 1),
+        task(4, 4.7, 0.5, None, 1),
+    ]
+    run = {
+        "cap": 2,
+        "t_start": 0.0,
+        "t_end": 8.0,
+        "tasks": tasks,
+        "expected": 3,
+        "delivered": {"d/north": "1", "d/south": "2", "d/east": "3"},
+        "stats": {"actions": {"get": 11}, "threads": {"peak": 2}},
+    }
     s = metrics.summarize(run, FP, EVERY)
     # p = 2.5, 3.5, 1.5: sum 7.5 -> bound max(3.75, 3.5)
     assert s["lower_bound_s"] == pytest.approx(3.75)

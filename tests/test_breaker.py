@@ -50,8 +50,15 @@ def api():
 
 
 def client(state_dir, key=KEY):
-    return CaptchaAI(key, API, breaker=KeyBreaker(state_dir, key), first_poll_s=0, poll_every_s=0,
-                     clock=lambda: 0.0, sleep=lambda s: None)
+    return CaptchaAI(
+        key,
+        API,
+        breaker=KeyBreaker(state_dir, key),
+        first_poll_s=0,
+        poll_every_s=0,
+        clock=lambda: 0.0,
+        sleep=lambda s: None,
+    )
 
 
 def state_files(state_dir):
@@ -100,10 +107,13 @@ def test_no_active_plan_trips_it(api, tmp_path):
     assert len(api.rsps.calls) == 4
 
 
-@pytest.mark.parametrize("body, cls", [
-    ({"status": 0, "request": "ERROR_PAGEURL"}, PermanentError),
-    ({"status": 0, "request": "ERROR_SERVER_ERROR"}, TransientError),
-])
+@pytest.mark.parametrize(
+    "body, cls",
+    [
+        ({"status": 0, "request": "ERROR_PAGEURL"}, PermanentError),
+        ({"status": 0, "request": "ERROR_SERVER_ERROR"}, TransientError),
+    ],
+)
 def test_other_errors_leave_it_closed(api, tmp_path, body, cls):
     api.on("in.php", body, {"status": 1, "request": "8"})
     with pytest.raises(cls) as info:

@@ -21,6 +21,7 @@ PARAMS = {"googlekey": "6Le-sitekey", "pageurl": "https://portal.test/export?day
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+
 class FakeClock:
     """time.monotonic and time.sleep in one: sleeping only moves the clock."""
 
@@ -54,8 +55,10 @@ def html(status):
 
 def network_error():
     # what requests would say: the message quotes the URL (and here, to be sure, the key)
-    return requests.ConnectionError(f"HTTPSConnectionPool(host='ocr.test'): Max retries exceeded with url: "
-                                    f"/in.php?key={KEY}&json=1 (Caused by NewConnectionError)")
+    return requests.ConnectionError(
+        f"HTTPSConnectionPool(host='ocr.test'): Max retries exceeded with url: "
+        f"/in.php?key={KEY}&json=1 (Caused by NewConnectionError)"
+    )
 
 
 def render(answer):
@@ -107,7 +110,7 @@ class Api:
         return [kind(c) for c in self.rsps.calls]
 
     def poll_times(self):
-        return [t for t, c in zip(self.sent_at, self.rsps.calls) if kind(c) == "get"]
+        return [t for t, c in zip(self.sent_at, self.rsps.calls, strict=True) if kind(c) == "get"]
 
 
 def make_client(clock, **kw):
@@ -148,13 +151,25 @@ def client(clock):
 # ------------------------------------------------------------------------------ classification on submit
 
 KEY_LEVEL = ["ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED"]
-PERMANENT = ["ERROR_PAGEURL", "ERROR_GOOGLEKEY", "ERROR_WRONG_GOOGLEKEY", "ERROR_BAD_TOKEN_OR_PAGEURL",
-             "ERROR_BAD_PARAMETERS", "ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT", "ERROR_BAD_PROXY",
-             "ERROR_SOMETHING_NEW"]
+PERMANENT = [
+    "ERROR_PAGEURL",
+    "ERROR_GOOGLEKEY",
+    "ERROR_WRONG_GOOGLEKEY",
+    "ERROR_BAD_TOKEN_OR_PAGEURL",
+    "ERROR_BAD_PARAMETERS",
+    "ERROR_WRONG_CAPTCHA_ID",
+    "ERROR_WRONG_ID_FORMAT",
+    "ERROR_BAD_PROXY",
+    "ERROR_SOMETHING_NEW",
+]
 TRANSIENT = ["ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_PROXY_CONNECTION_FAILED"]
 
-CODE_TABLE = ([(c, KeyLevelError) for c in KEY_LEVEL] + [(c, PermanentError) for c in PERMANENT]
-              + [(c, TransientError) for c in TRANSIENT] + [("ERROR_CAPTCHA_UNSOLVABLE", UnsolvableError)])
+CODE_TABLE = (
+    [(c, KeyLevelError) for c in KEY_LEVEL]
+    + [(c, PermanentError) for c in PERMANENT]
+    + [(c, TransientError) for c in TRANSIENT]
+    + [("ERROR_CAPTCHA_UNSOLVABLE", UnsolvableError)]
+)
 
 
 @pytest.mark.parametrize("code, cls", CODE_TABLE)
@@ -168,13 +183,17 @@ def test_submit_error_code_raises_its_class_after_one_request(api, client, code,
     assert_keyless(info.value)
 
 
-@pytest.mark.parametrize("answer, code", [
-    (html(500), "HTTP_500"),
-    (html(502), "HTTP_502"),
-    (network_error(), "NETWORK_ERROR"),
-    ((200, {"Content-Type": "text/html"}, "<html>maintenance</html>"), "UNRECOGNIZED_ANSWER"),
-    ({"status": 0}, "UNRECOGNIZED_ANSWER"),
-], ids=["html-500", "html-502", "network", "unrecognizable-text", "unrecognizable-json"])
+@pytest.mark.parametrize(
+    "answer, code",
+    [
+        (html(500), "HTTP_500"),
+        (html(502), "HTTP_502"),
+        (network_error(), "NETWORK_ERROR"),
+        ((200, {"Content-Type": "text/html"}, "<html>maintenance</html>"), "UNRECOGNIZED_ANSWER"),
+        ({"status": 0}, "UNRECOGNIZED_ANSWER"),
+    ],
+    ids=["html-500", "html-502", "network", "unrecognizable-text", "unrecognizable-json"],
+)
 def test_submit_transient_answers(api, client, answer, code):
     api.on("in.php", answer)
     with pytest.raises(TransientError) as info:
@@ -206,6 +225,7 @@ def test_submit_sends_recaptcha_v2_fields(api, client):
 
 
 # ------------------------------------------------------------------------------------ ERROR_ZERO_BALANCE
+
 
 def test_zero_balance_with_every_thread_busy_is_transient(api, client):
     api.on("in.php", err("ERROR_ZERO_BALANCE")).on("threadsinfo", {"threads": "5", "working_threads": 5})
@@ -247,8 +267,12 @@ def test_zero_balance_twice_then_all_busy_is_transient(api, client):
 
 # ---------------------------------------------------------------------------------------- normalization
 
-@pytest.mark.parametrize("answer", [ok(123), ok("123"), "OK|123", {"status": "1", "request": "123"}],
-                         ids=["json-number", "json-string", "plain-text", "status-as-string"])
+
+@pytest.mark.parametrize(
+    "answer",
+    [ok(123), ok("123"), "OK|123", {"status": "1", "request": "123"}],
+    ids=["json-number", "json-string", "plain-text", "status-as-string"],
+)
 def test_task_id_is_a_string_whatever_its_shape(api, client, answer):
     api.on("in.php", answer)
     task_id = client.submit(PARAMS)
@@ -279,6 +303,7 @@ def test_html_502_page_is_code_http_502(api, client):
 
 # ---------------------------------------------------------------------------------------------- polling
 
+
 def test_solve_polls_on_a_fixed_grid_and_returns_token_task_and_seconds(api, client, clock):
     api.on("in.php", ok("42")).on("get", NOT_READY, "CAPCHA_NOT_READY", NOT_READY, ok("tok-42"))
     result = client.solve(PARAMS)
@@ -308,8 +333,9 @@ def test_on_submit_and_on_poll_hooks(api, client):
 
 def test_transient_answers_while_polling_keep_polling_the_same_task(api, client):
     api.on("in.php", ok("42"))
-    api.on("get", html(502), err("ERROR_SERVER_ERROR"), network_error(), html(500), "garbage answer", NOT_READY,
-           ok("tok"))
+    api.on(
+        "get", html(502), err("ERROR_SERVER_ERROR"), network_error(), html(500), "garbage answer", NOT_READY, ok("tok")
+    )
     assert client.solve(PARAMS).token == "tok"
     assert api.sequence() == ["in.php"] + ["get"] * 7  # no second in.php
     assert {fields(c)["id"] for c in api.rsps.calls[1:]} == {"42"}
@@ -349,6 +375,7 @@ def test_deadline_with_transient_answers_until_the_end(api, clock):
 
 # ---------------------------------------------------------------------------------- threads, reportbad
 
+
 def test_threads_returns_ints(api, client):
     api.on("threadsinfo", {"threads": "5", "working_threads": 3})
     threads = client.threads()
@@ -375,6 +402,7 @@ def test_report_bad_posts_reportbad_for_the_task(api, client):
 
 
 # ------------------------------------------------------------------------------------------- the key
+
 
 def test_key_only_in_post_bodies_and_every_request_has_a_timeout(api, client):
     api.on("in.php", err("ERROR_ZERO_BALANCE"), ok("42")).on("threadsinfo", {"threads": "5", "working_threads": 1})

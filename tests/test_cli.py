@@ -25,16 +25,19 @@ def no_network():
 TOMORROW = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=2)).isoformat()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["export", "2026-13-45"], "DAY='2026-13-45' is not a date"),
-    (["export", ""], "DAY is required"),
-    (["export", "2026-9-1"], "is not a date"),
-    (["export", TOMORROW], "is in the future"),
-    (["backfill", "2026-09-10", "2026-09-01"], "must be before STOP"),
-    (["backfill", "2026-09-01", "2026-09-01"], "must be before STOP"),
-    (["backfill", "2026-09-01", "nope"], "STOP='nope' is not a date"),
-    (["retry-unsolvable", "2026-02-30"], "is not a date"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["export", "2026-13-45"], "DAY='2026-13-45' is not a date"),
+        (["export", ""], "DAY is required"),
+        (["export", "2026-9-1"], "is not a date"),
+        (["export", TOMORROW], "is in the future"),
+        (["backfill", "2026-09-10", "2026-09-01"], "must be before STOP"),
+        (["backfill", "2026-09-01", "2026-09-01"], "must be before STOP"),
+        (["backfill", "2026-09-01", "nope"], "STOP='nope' is not a date"),
+        (["retry-unsolvable", "2026-02-30"], "is not a date"),
+    ],
+)
 def test_bad_dates_are_refused_in_one_line(argv, message, monkeypatch, capsys, no_network):
     monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
     assert main(argv) == 2
@@ -76,8 +79,12 @@ def test_make_export_refuses_a_bad_day_through_the_makefile(tmp_path):
     venv = ROOT / ".venv" / "bin" / "python"
     if not venv.exists():
         pytest.skip("make test creates .venv; this runs there")
-    proc = subprocess.run(["make", "-s", "-C", str(ROOT), "export", "DAY=2026-13-45"], capture_output=True, text=True,
-                          env={**os.environ, "CAPTCHAAI_API_KEY": TEST_KEY, "PORTAL_DATA_DIR": str(tmp_path)})
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "export", "DAY=2026-13-45"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CAPTCHAAI_API_KEY": TEST_KEY, "PORTAL_DATA_DIR": str(tmp_path)},
+    )
     assert proc.returncode != 0
     assert "error: DAY='2026-13-45' is not a date: give YYYY-MM-DD" in proc.stderr
     assert not any(tmp_path.iterdir())
@@ -93,8 +100,16 @@ def test_report_reads_the_configured_data_dir(monkeypatch, luigi_cfg, tmp_path, 
     data.mkdir()
     monkeypatch.delenv("PORTAL_DATA_DIR")
     luigi_cfg("portal", "data_dir", str(data))
-    facts = {"status": "ok", "rows": 3, "task_ids": ["1"], "solve_seconds": 20.0, "attempts": 1,
-             "refused_tokens": 0, "transient_errors": [], "idle_slot_seconds": 0.0}
+    facts = {
+        "status": "ok",
+        "rows": 3,
+        "task_ids": ["1"],
+        "solve_seconds": 20.0,
+        "attempts": 1,
+        "refused_tokens": 0,
+        "transient_errors": [],
+        "idle_slot_seconds": 0.0,
+    }
     health = day_health("2026-09-01", ["north"], {"north": facts})
     (data / "portal_records_2026-09-01.health.json").write_text(json.dumps(health))
     assert main(["report"]) == 0

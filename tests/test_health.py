@@ -14,8 +14,15 @@ REGIONS = ["north", "south", "east", "west"]
 
 
 def outcome(region, status="ok", rows=2, task_ids=("1",), solve_seconds=10.0, **kw):
-    out = RegionOutcome("2026-09-01", region, status=status, records=[{"i": i} for i in range(rows)],
-                        task_ids=list(task_ids), solve_seconds=solve_seconds, **kw)
+    out = RegionOutcome(
+        "2026-09-01",
+        region,
+        status=status,
+        records=[{"i": i} for i in range(rows)],
+        task_ids=list(task_ids),
+        solve_seconds=solve_seconds,
+        **kw,
+    )
     return out.to_dict()
 
 
@@ -26,14 +33,18 @@ def facts(**overrides):
 
 # ------------------------------------------------------------------------------------------------ p95
 
-@pytest.mark.parametrize("values, expected", [
-    (range(1, 21), 19),
-    (range(1, 5), 4),
-    ([7.5], 7.5),
-    (range(1, 101), 95),
-    (range(1, 41), 38),
-    ([3.0, 1.0, 2.0], 3.0),
-])
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (range(1, 21), 19),
+        (range(1, 5), 4),
+        ([7.5], 7.5),
+        (range(1, 101), 95),
+        (range(1, 41), 38),
+        ([3.0, 1.0, 2.0], 3.0),
+    ],
+)
 def test_p95_by_nearest_rank(values, expected):
     assert p95(values) == expected
 
@@ -55,9 +66,20 @@ def test_p95_rank_matches_exact_integer_arithmetic():
 
 # ----------------------------------------------------------------------------------------- day_health
 
+
 def test_day_health_all_ok():
-    f = facts(south=outcome("south", rows=5, task_ids=[7, "8"], solve_seconds=30.0, attempts=2, refused_tokens=1,
-                            transient_errors=["PORTAL_HTTP_403"], idle_slot_seconds=12.5))
+    f = facts(
+        south=outcome(
+            "south",
+            rows=5,
+            task_ids=[7, "8"],
+            solve_seconds=30.0,
+            attempts=2,
+            refused_tokens=1,
+            transient_errors=["PORTAL_HTTP_403"],
+            idle_slot_seconds=12.5,
+        )
+    )
     health = day_health("2026-09-01", REGIONS, f)
     assert health["day"] == "2026-09-01"
     assert (health["solves"], health["unsolvable"], health["unsolvable_ratio"]) == (4, 0, 0.0)
@@ -67,14 +89,23 @@ def test_day_health_all_ok():
     assert health["p95_solve_seconds"] == 30.0
     assert list(health["regions"]) == REGIONS
     assert health["regions"]["south"] == {
-        "status": "ok", "rows": 5, "task_ids": ["7", "8"], "solve_seconds": 30.0, "attempts": 2,
-        "refused_tokens": 1, "transient_errors": ["PORTAL_HTTP_403"], "idle_slot_seconds": 12.5}
+        "status": "ok",
+        "rows": 5,
+        "task_ids": ["7", "8"],
+        "solve_seconds": 30.0,
+        "attempts": 2,
+        "refused_tokens": 1,
+        "transient_errors": ["PORTAL_HTTP_403"],
+        "idle_slot_seconds": 12.5,
+    }
     json.dumps(health)  # it is written as JSON
 
 
 def test_day_health_counts_unsolvable_regions_and_leaves_them_out_of_p95():
-    f = facts(west=outcome("west", status="unsolvable", rows=0, task_ids=["9", "10"], solve_seconds=None),
-              east=outcome("east", status="unsolvable", rows=0, task_ids=["11", "12"], solve_seconds=None))
+    f = facts(
+        west=outcome("west", status="unsolvable", rows=0, task_ids=["9", "10"], solve_seconds=None),
+        east=outcome("east", status="unsolvable", rows=0, task_ids=["11", "12"], solve_seconds=None),
+    )
     health = day_health("2026-09-01", REGIONS, f)
     assert (health["solves"], health["unsolvable"]) == (2, 2)
     assert health["unsolvable_regions"] == ["east", "west"]
@@ -99,6 +130,7 @@ def test_day_health_covers_only_the_configured_regions():
 
 
 # ------------------------------------------------------------------------------------------- validate
+
 
 def health_with(unsolvable):
     f = facts(**{r: outcome(r, status="unsolvable", rows=0, solve_seconds=None) for r in unsolvable})
@@ -126,6 +158,7 @@ def test_validate_with_a_zero_limit_fails_on_one_unsolvable():
 
 
 # ----------------------------------------------------------------------------------------- plan_verdict
+
 
 def test_plan_verdict_accepts_the_default():
     assert plan_verdict(threads=5, cap=4, workers=4) == []

@@ -36,8 +36,9 @@ def region_failures(run):
 def assert_every_record_once(sb, data_dir, day_list):
     for d in day_list:
         lines = (data_dir / f"portal_records_{d}.jsonl").read_text().splitlines()
-        assert lines == [json.dumps(r, ensure_ascii=False)
-                         for region in REGIONS for r in sb.expected_records(d, region)]
+        assert lines == [
+            json.dumps(r, ensure_ascii=False) for region in REGIONS for r in sb.expected_records(d, region)
+        ]
 
 
 def breaker_files(data_dir):
@@ -45,7 +46,8 @@ def breaker_files(data_dir):
 
 
 def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clear_breaker_completes(
-        live, fast_cfg, cli, data_dir):
+    live, fast_cfg, cli, data_dir
+):
     live.configure(ban_after=BAN_AFTER, solve_s=1.5)  # 120 regions to export: solves of 15 ms,
     fast_cfg({"captchaai": {"first_poll_s": 0.02}})  # polled from 20 ms on
     start, stop = "2026-07-01", "2026-07-31"
@@ -77,8 +79,7 @@ def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clea
     assert live.stats()["bad_key_requests"] == stats["bad_key_requests"]
 
 
-def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_key_is_not_blocked(
-        live, cli, data_dir):
+def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_key_is_not_blocked(live, cli, data_dir):
     live.configure(ban_after=BAN_AFTER)
     start, stop = "2026-06-01", "2026-06-09"
 
@@ -96,8 +97,12 @@ def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_
     stats = live.stats()
     assert 1 <= stats["bad_key_requests"] <= 4, stats  # at most the solves in flight, each once
     assert stats["ip_bans"] == 0 and not any("IP_BANNED" in c for c in stats["codes"].values())
-    exported = {(d.name, p.stem) for d in (data_dir / "regions").iterdir() for p in d.glob("*.json")
-                if p.name != "failed.health.json"}
+    exported = {
+        (d.name, p.stem)
+        for d in (data_dir / "regions").iterdir()
+        for p in d.glob("*.json")
+        if p.name != "failed.health.json"
+    }
     failed, codes = region_failures(run)
     everything = {(str(d), r) for d in days(start, stop) for r in REGIONS}
     assert len(exported) >= 8 and failed == everything - exported  # every region exported or failed

@@ -8,6 +8,7 @@ time; transient rows that end well run Luigi in this process, those that must fa
 """
 
 import datetime
+import itertools
 import json
 import threading
 import time
@@ -46,8 +47,9 @@ def facts(data_dir, d, region):
 
 
 def day_files(data_dir, d):
-    return [p for p in (data_dir / f"portal_records_{d}.jsonl", data_dir / f"portal_records_{d}.health.json")
-            if p.exists()]
+    return [
+        p for p in (data_dir / f"portal_records_{d}.jsonl", data_dir / f"portal_records_{d}.health.json") if p.exists()
+    ]
 
 
 def served(sb):
@@ -62,6 +64,7 @@ def faults(**schedules):
 
 def watch(predicate, action, timeout=20.0):
     """Run `action` once, from a thread, as soon as `predicate()` holds."""
+
     def loop():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -69,6 +72,7 @@ def watch(predicate, action, timeout=20.0):
                 action()
                 return
             time.sleep(0.002)
+
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     return thread
@@ -77,12 +81,15 @@ def watch(predicate, action, timeout=20.0):
 @pytest.fixture
 def north_only(fast_cfg):
     """One region: the sandbox's fault schedules then hit a known attempt."""
+
     def layer(**sections):
         return fast_cfg({**sections, "portal": {"regions": "north", **sections.get("portal", {})}})
+
     return layer
 
 
 # ------------------------------------------------------------------------------------------- permanent
+
 
 @pytest.fixture
 def stub_portal(live, monkeypatch):
@@ -143,11 +150,14 @@ def assert_failed_once_with(central, run, data_dir, d, code, regions=REGIONS):
     assert day_files(data_dir, d) == []
 
 
-@pytest.mark.parametrize("row, code", [
-    ("wrong-user-key", "ERROR_WRONG_USER_KEY"),
-    ("key-does-not-exist", "ERROR_KEY_DOES_NOT_EXIST"),
-    ("ip-banned", "IP_BANNED"),
-])
+@pytest.mark.parametrize(
+    "row, code",
+    [
+        ("wrong-user-key", "ERROR_WRONG_USER_KEY"),
+        ("key-does-not-exist", "ERROR_KEY_DOES_NOT_EXIST"),
+        ("ip-banned", "IP_BANNED"),
+    ],
+)
 def test_a_bad_key_fails_every_region_once_and_sends_no_more(row, code, live, permanent, shared_central, data_dir):
     d = day({"wrong-user-key": 1, "key-does-not-exist": 2, "ip-banned": 3}[row])
     key = {"wrong-user-key": SHORT_KEY, "key-does-not-exist": UNKNOWN_KEY, "ip-banned": SANDBOX_KEY}[row]
@@ -192,13 +202,17 @@ def test_no_active_plan_fails_every_region_once_and_trips_the_breaker(live, perm
     assert captchaai_requests(live) == before  # the breaker holds, the plan check included
 
 
-@pytest.mark.parametrize("row, code", [
-    ("no-sitekey", "NO_SITEKEY"),
-    ("unknown-sitekey", "ERROR_WRONG_GOOGLEKEY"),
-    ("malformed-answer", "PORTAL_BAD_ANSWER"),
-])
-def test_a_bad_page_or_parameter_fails_the_region_once(row, code, live, stub_portal, permanent, shared_central,
-                                                      data_dir):
+@pytest.mark.parametrize(
+    "row, code",
+    [
+        ("no-sitekey", "NO_SITEKEY"),
+        ("unknown-sitekey", "ERROR_WRONG_GOOGLEKEY"),
+        ("malformed-answer", "PORTAL_BAD_ANSWER"),
+    ],
+)
+def test_a_bad_page_or_parameter_fails_the_region_once(
+    row, code, live, stub_portal, permanent, shared_central, data_dir
+):
     d = day({"no-sitekey": 5, "unknown-sitekey": 6, "malformed-answer": 7}[row])
     if row == "no-sitekey":
         stub_portal.page = '<form><div class="g-recaptcha"></div></form>'
@@ -225,28 +239,56 @@ def test_a_bad_page_or_parameter_fails_the_region_once(row, code, live, stub_por
 # Runs that end well go through Luigi in this process (workers=1: no fork, so the sandbox's fault
 # schedule meets the attempts in order); runs that must fail go through the CLI for its exit code.
 
+
 def export(d):
     result = luigi.build([DayExport(date=d)], local_scheduler=True, workers=1, detailed_summary=True)
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS, result.summary_text
 
 
-@pytest.mark.parametrize("schedules, errors, sent", [
-    pytest.param(faults(in_php={0: "server_error", 1: "server_error"}), ["ERROR_SERVER_ERROR"] * 2,
-                 {"portal_get": 3, "in.php": 3, "portal_post": 1}, id="server-error"),
-    pytest.param(faults(in_php={0: "internal_error"}), ["ERROR_INTERNAL_SERVER_ERROR"],
-                 {"portal_get": 2, "in.php": 2, "portal_post": 1}, id="internal-error"),
-    pytest.param(faults(in_php={0: "html500", 1: "html502"}), ["HTTP_500", "HTTP_502"],
-                 {"portal_get": 3, "in.php": 3, "portal_post": 1}, id="html-pages"),
-    pytest.param(faults(in_php={0: "plaintext"}), ["ERROR_SERVER_ERROR"],
-                 {"portal_get": 2, "in.php": 2, "portal_post": 1}, id="plaintext-despite-json"),
-    pytest.param(faults(portal_get={0: "reset"}, in_php={0: "reset"}, portal_post={0: "reset"}),
-                 ["PORTAL_NETWORK_ERROR", "NETWORK_ERROR", "PORTAL_NETWORK_ERROR"],
-                 {"portal_get": 4, "in.php": 3, "portal_post": 2}, id="network-reset"),
-    pytest.param(faults(portal_get={0: "html502"}, portal_post={0: "html500"}), ["PORTAL_HTTP_502", "PORTAL_HTTP_500"],
-                 {"portal_get": 3, "in.php": 2, "portal_post": 2}, id="portal-5xx"),
-])
-def test_a_transient_error_is_retried_from_a_fresh_page_and_task(schedules, errors, sent, live, north_only,
-                                                               data_dir, caplog):
+@pytest.mark.parametrize(
+    "schedules, errors, sent",
+    [
+        pytest.param(
+            faults(in_php={0: "server_error", 1: "server_error"}),
+            ["ERROR_SERVER_ERROR"] * 2,
+            {"portal_get": 3, "in.php": 3, "portal_post": 1},
+            id="server-error",
+        ),
+        pytest.param(
+            faults(in_php={0: "internal_error"}),
+            ["ERROR_INTERNAL_SERVER_ERROR"],
+            {"portal_get": 2, "in.php": 2, "portal_post": 1},
+            id="internal-error",
+        ),
+        pytest.param(
+            faults(in_php={0: "html500", 1: "html502"}),
+            ["HTTP_500", "HTTP_502"],
+            {"portal_get": 3, "in.php": 3, "portal_post": 1},
+            id="html-pages",
+        ),
+        pytest.param(
+            faults(in_php={0: "plaintext"}),
+            ["ERROR_SERVER_ERROR"],
+            {"portal_get": 2, "in.php": 2, "portal_post": 1},
+            id="plaintext-despite-json",
+        ),
+        pytest.param(
+            faults(portal_get={0: "reset"}, in_php={0: "reset"}, portal_post={0: "reset"}),
+            ["PORTAL_NETWORK_ERROR", "NETWORK_ERROR", "PORTAL_NETWORK_ERROR"],
+            {"portal_get": 4, "in.php": 3, "portal_post": 2},
+            id="network-reset",
+        ),
+        pytest.param(
+            faults(portal_get={0: "html502"}, portal_post={0: "html500"}),
+            ["PORTAL_HTTP_502", "PORTAL_HTTP_500"],
+            {"portal_get": 3, "in.php": 2, "portal_post": 2},
+            id="portal-5xx",
+        ),
+    ],
+)
+def test_a_transient_error_is_retried_from_a_fresh_page_and_task(
+    schedules, errors, sent, live, north_only, data_dir, caplog
+):
     north_only()
     live.configure(faults=schedules)
     d = day(20)
@@ -384,7 +426,7 @@ def test_retries_wait_growing_delays_with_jitter(live, north_only, data_dir, cap
     north = facts(data_dir, d, "north")
     assert north["attempts"] == 4 and north["transient_errors"] == ["PORTAL_HTTP_502"] * 3
     submits = [t["submit_t"] for t in served(live)]
-    gaps = [b - a for a, b in zip(submits, submits[1:])]  # solve + post + wait + page, per attempt
+    gaps = [b - a for a, b in itertools.pairwise(submits)]  # solve + post + wait + page, per attempt
     assert gaps[1] - gaps[0] > 0.1 and gaps[2] - gaps[1] > 0.25, gaps  # waits grow: +0.2 s, then +0.4 s
     # The region's idle_slot_seconds is the sum of the waits as drawn: 1.1 s moved by the jitter.
     assert abs(north["idle_slot_seconds"] - 1.1) <= 0.06 and north["idle_slot_seconds"] != pytest.approx(1.1, abs=1e-9)
@@ -417,6 +459,7 @@ def test_after_the_last_attempt_the_region_fails_and_the_run_exits_non_zero(row,
 
 # ------------------------------------------------------------------------------------------ unsolvable
 
+
 def test_an_unsolvable_region_is_resubmitted_once_then_counted(live, cli, data_dir):
     live.configure(unsolvable_sitekeys=frozenset({sitekey_for("east")}))
     d = day(28)
@@ -429,8 +472,11 @@ def test_an_unsolvable_region_is_resubmitted_once_then_counted(live, cli, data_d
     assert live.stats()["codes"]["res.php"]["ERROR_CAPTCHA_UNSOLVABLE"] == 2
     assert health["unsolvable"] == 1 and health["unsolvable_ratio"] == 0.25 and health["solves"] == 3
     lines = (data_dir / f"portal_records_{d}.jsonl").read_text().splitlines()
-    assert lines == [json.dumps(r, ensure_ascii=False) for region in ("north", "south", "west")
-                     for r in live.expected_records(d, region)]
+    assert lines == [
+        json.dumps(r, ensure_ascii=False)
+        for region in ("north", "south", "west")
+        for r in live.expected_records(d, region)
+    ]
 
 
 def fail_two_unsolvable_then_retry(live, cli, data_dir, d, **env):

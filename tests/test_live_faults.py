@@ -15,18 +15,25 @@ DAYS = [f"2026-05-{d:02d}" for d in range(1, 11)]
 # Seed 1 puts every kind among the first 40 in.php and the first 80 res.php requests, and a 502 among
 # the first 40 portal pages and posts: a 10-day backfill makes at least that many, so every fault
 # below is met whatever the order the regions run in.
-MATRIX = dict(seed=1, faults={
-    "in.php": FaultPlan(rate=0.2, kinds=CAPTCHAAI_KINDS),
-    "res.php": FaultPlan(rate=0.2, kinds=CAPTCHAAI_KINDS),
-    "portal_get": FaultPlan(rate=0.03, kinds=("html502",)),
-    "portal_post": FaultPlan(rate=0.03, kinds=("html502",)),
-})
+MATRIX = dict(
+    seed=1,
+    faults={
+        "in.php": FaultPlan(rate=0.2, kinds=CAPTCHAAI_KINDS),
+        "res.php": FaultPlan(rate=0.2, kinds=CAPTCHAAI_KINDS),
+        "portal_get": FaultPlan(rate=0.03, kinds=("html502",)),
+        "portal_post": FaultPlan(rate=0.03, kinds=("html502",)),
+    },
+)
 GAVE_UP = re.compile(r"^portal_export\.errors\.TransientError: (\w+): .*\(gave up after 4 attempts\)$", re.M)
 
 
 def region_targets(data_dir):
-    return {(d.name, p.stem): json.loads(p.read_text()) for d in (data_dir / "regions").iterdir()
-            for p in d.glob("*.json") if p.name != "failed.health.json"}
+    return {
+        (d.name, p.stem): json.loads(p.read_text())
+        for d in (data_dir / "regions").iterdir()
+        for p in d.glob("*.json")
+        if p.name != "failed.health.json"
+    }
 
 
 def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_exactly_once(live, cli, data_dir):
@@ -44,8 +51,9 @@ def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_ex
 
     for day in DAYS:  # every record exactly once, in region order, byte for byte
         lines = (data_dir / f"portal_records_{day}.jsonl").read_text().splitlines()
-        assert lines == [json.dumps(r, ensure_ascii=False)
-                         for region in REGIONS for r in live.expected_records(day, region)]
+        assert lines == [
+            json.dumps(r, ensure_ascii=False) for region in REGIONS for r in live.expected_records(day, region)
+        ]
         health = json.loads((data_dir / f"portal_records_{day}.health.json").read_text())
         assert health["solves"] == 4 and health["unsolvable"] == 0 and health["refused_tokens"] == 0
 
@@ -69,8 +77,14 @@ def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_ex
     portal = stats["faults"]["portal_get"]["html502"] + stats["faults"]["portal_post"]["html502"]
     if len(runs) == 1:
         assert sum(recorded.values()) == in_php + portal, recorded
-    assert {"HTTP_500", "HTTP_502", "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "NETWORK_ERROR",
-            "PORTAL_HTTP_502"} <= set(recorded), recorded
+    assert {
+        "HTTP_500",
+        "HTTP_502",
+        "ERROR_SERVER_ERROR",
+        "ERROR_INTERNAL_SERVER_ERROR",
+        "NETWORK_ERROR",
+        "PORTAL_HTTP_502",
+    } <= set(recorded), recorded
     assert all(f["attempts"] == len(f["transient_errors"]) + 1 for f in targets.values())
     assert stats["threads"]["peak"] <= 4
     assert stats["key_in_query"] == 0

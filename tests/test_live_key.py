@@ -15,8 +15,12 @@ FRAGMENTS = (KEY, KEY[:12], KEY[-12:])  # the key, or enough of it to matter
 # (the cap lets no other region start before one ends), so regions give up with tracebacks; after
 # that, network errors and time-outs at random everywhere.
 NETWORK_FAULTS = {
-    "in.php": FaultPlan(rate=0.3, kinds=("reset", "slow", "html502", "plaintext"), slow_s=100,
-                        schedule={i: ("reset", "slow")[i % 2] for i in range(16)}),
+    "in.php": FaultPlan(
+        rate=0.3,
+        kinds=("reset", "slow", "html502", "plaintext"),
+        slow_s=100,
+        schedule={i: ("reset", "slow")[i % 2] for i in range(16)},
+    ),
     "res.php": FaultPlan(rate=0.3, kinds=("reset", "slow", "server_error"), slow_s=100),
     "portal_get": FaultPlan(rate=0.2, kinds=("reset", "slow"), slow_s=100),
     "portal_post": FaultPlan(rate=0.2, kinds=("reset", "html502"), slow_s=100),
@@ -43,8 +47,14 @@ def test_the_key_appears_in_nothing_a_run_produces(live, fast_cfg, central, cli,
     # The runs failed in all the ways meant: otherwise searching their output proves little.
     assert [r.code for r in runs] == [0, 30, 30], runs
     everything = "".join(r.out + r.err for r in runs)
-    for shown in ("NETWORK_ERROR", "gave up after 4 attempts", "ERROR_CAPTCHA_UNSOLVABLE", "TOO_MANY_UNSOLVABLE",
-                  "ERROR_KEY_DOES_NOT_EXIST", "Traceback (most recent call last)"):
+    for shown in (
+        "NETWORK_ERROR",
+        "gave up after 4 attempts",
+        "ERROR_CAPTCHA_UNSOLVABLE",
+        "TOO_MANY_UNSOLVABLE",
+        "ERROR_KEY_DOES_NOT_EXIST",
+        "Traceback (most recent call last)",
+    ):
         assert shown in everything, shown
     assert live.stats()["key_in_query"] == 0  # never in a URL the sandbox saw
 

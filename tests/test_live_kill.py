@@ -21,9 +21,14 @@ TMP = "-luigi-tmp-"  # luigi.LocalTarget's temporary names
 
 
 def start_backfill(tmp_path, name):
-    log = open(tmp_path / f"{name}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP],
-                            cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (the child process's output for as long as it runs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for(predicate, timeout, what):
@@ -42,8 +47,11 @@ def alive(proc):
 
 def final_files(data_dir):
     """{path: mtime} of every output under the data dir, temporary files left out."""
-    return {p: p.stat().st_mtime for p in data_dir.rglob("*") if p.is_file() and TMP not in p.name} \
-        if data_dir.exists() else {}
+    return (
+        {p: p.stat().st_mtime for p in data_dir.rglob("*") if p.is_file() and TMP not in p.name}
+        if data_dir.exists()
+        else {}
+    )
 
 
 def kill_run(proc, sb, data_dir):
@@ -123,8 +131,9 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
     day_names = [f"portal_records_{d}" for d in DAYS]
 
     def writing_days():
-        return [e.name for e in os.scandir(data_dir) if e.name.startswith(tuple(day_names))] \
-            if data_dir.exists() else []
+        return (
+            [e.name for e in os.scandir(data_dir) if e.name.startswith(tuple(day_names))] if data_dir.exists() else []
+        )
 
     wait_for(lambda: writing_days() or run.poll() is not None, 20, "a day file")
     assert run.poll() is None, (tmp_path / "run2.log").read_text()[-3000:]  # it ended before writing a day
@@ -136,16 +145,24 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
     # Stale temporary files of a killed run (and deliberately planted ones) block nothing.
     pending_day = next(d for d in DAYS if not (data_dir / f"portal_records_{d}.health.json").exists())
     (data_dir / "regions" / pending_day).mkdir(parents=True, exist_ok=True)
-    for stale in (data_dir / f"portal_records_{pending_day}.jsonl{TMP}0000000001",
-                  data_dir / f"portal_records_{pending_day}.health.json{TMP}0000000002",
-                  data_dir / "regions" / pending_day / f"north.json{TMP}0000000003"):
+    for stale in (
+        data_dir / f"portal_records_{pending_day}.jsonl{TMP}0000000001",
+        data_dir / f"portal_records_{pending_day}.health.json{TMP}0000000002",
+        data_dir / "regions" / pending_day / f"north.json{TMP}0000000003",
+    ):
         stale.write_text('{"records": [{"half": ')
 
     # 3. The rerun completes every day, solving only what was not exported.
     rerun_t = live.now()
     with open(tmp_path / "run3.log", "w") as log:
-        code = subprocess.run([sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP], cwd=ROOT,
-                              env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, timeout=60).returncode
+        code = subprocess.run(
+            [sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP],
+            cwd=ROOT,
+            env=dict(os.environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        ).returncode
     assert code == 0, (tmp_path / "run3.log").read_text()[-3000:]
     for day in DAYS:
         assert (data_dir / f"portal_records_{day}.jsonl").read_text().splitlines() == expected_lines(live, day)

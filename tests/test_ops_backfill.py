@@ -27,13 +27,18 @@ def days_of(start, stop):
 
 
 def day_files(data_dir, day):
-    return [data_dir / f"portal_records_{day}.jsonl", data_dir / f"portal_records_{day}.health.json",
-            data_dir / "regions" / str(day) / "north.json"]
+    return [
+        data_dir / f"portal_records_{day}.jsonl",
+        data_dir / f"portal_records_{day}.health.json",
+        data_dir / "regions" / str(day) / "north.json",
+    ]
 
 
 def exported_days(data_dir):
-    return {datetime.date.fromisoformat(p.name[len("portal_records_"):-len(".jsonl")])
-            for p in data_dir.glob("portal_records_*.jsonl")}
+    return {
+        datetime.date.fromisoformat(p.name[len("portal_records_") : -len(".jsonl")])
+        for p in data_dir.glob("portal_records_*.jsonl")
+    }
 
 
 def submits_by_day(sb):
@@ -60,7 +65,8 @@ def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, c
 
 
 def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun_touches_no_complete_day(
-        live, fast_cfg, data_dir):
+    live, fast_cfg, data_dir
+):
     """Through make, with the contract's variables; STOP = today, which is exclusive."""
     fast_cfg(NORTH)
     today = utc_today()
@@ -68,8 +74,13 @@ def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun
     days = days_of(start, today)
 
     def make_backfill(*extra):
-        return subprocess.run(["make", "-s", "-C", str(ROOT), "backfill", f"START={start}", f"STOP={today}", *extra],
-                              env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            ["make", "-s", "-C", str(ROOT), "backfill", f"START={start}", f"STOP={today}", *extra],
+            env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     limited = make_backfill("TASK_LIMIT=2", "NEWEST_FIRST=1")
 

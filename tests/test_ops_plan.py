@@ -19,11 +19,14 @@ def test_make_plan_prints_threads_cap_workers_and_ok(live, cli):
     assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.err
 
 
-@pytest.mark.parametrize("case, verdict", [
-    ("cap leaves no spare", "[resources] captchaai = 5 leaves no spare thread on a 5-thread plan: set it to 4"),
-    ("workers below cap", "2 workers cannot fill a cap of 4 solves: set [core] workers >= 4"),
-    ("smaller plan", "[resources] captchaai = 4 leaves no spare thread on a 3-thread plan: set it to 2"),
-])
+@pytest.mark.parametrize(
+    "case, verdict",
+    [
+        ("cap leaves no spare", "[resources] captchaai = 5 leaves no spare thread on a 5-thread plan: set it to 4"),
+        ("workers below cap", "2 workers cannot fill a cap of 4 solves: set [core] workers >= 4"),
+        ("smaller plan", "[resources] captchaai = 4 leaves no spare thread on a 3-thread plan: set it to 2"),
+    ],
+)
 def test_make_plan_fails_on_a_bad_verdict(case, verdict, live, fast_cfg, cli):
     argv = ["plan"]
     if case == "cap leaves no spare":
@@ -73,8 +76,10 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
 
     err = cli.output(proc)[1]
     assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
-    assert ("WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
-            "all 5 plan threads busy (5 working): another consumer is using this key") in err  # during the run
+    assert (
+        "WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
+        "all 5 plan threads busy (5 working): another consumer is using this key"
+    ) in err  # during the run
     health = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())
     north = health["regions"]["north"]
     assert north["status"] == "ok" and north["attempts"] > 1

@@ -4,6 +4,7 @@ The scheduler tests point PORTAL_VAR_DIR at a temporary directory, so nothing to
 repository's var/.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -56,10 +57,8 @@ def var(tmp_path, monkeypatch):
     subprocess.run([sys.executable, "-m", "tasks", "scheduler-stop"], cwd=ROOT, capture_output=True, timeout=30)
     pidfile = path / "luigid.pid"
     if pidfile.exists():  # stop failed: do not leave a daemon behind
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_stops(live, fast_cfg, cli, var):
@@ -81,7 +80,12 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
     assert (var / "luigid").stat().st_mode & 0o777 == 0o700  # luigid writes with umask 0
     assert (var / "luigid.pid").stat().st_mode & 0o022 == 0
     assert rpc(url, "resource_list")[0] | {"running": None} == {  # the cap in luigid's own config
-        "name": "captchaai", "num_total": 3, "num_used": 0, "num_consumer": 0, "running": None}
+        "name": "captchaai",
+        "num_total": 3,
+        "num_used": 0,
+        "num_consumer": 0,
+        "running": None,
+    }
 
     second = cli("scheduler")
 

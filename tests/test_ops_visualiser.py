@@ -25,8 +25,7 @@ def tasks_of(url, family, status):
     return {i: t for i, t in rpc(url, "task_list", status=status, upstream_status="").items() if t["name"] == family}
 
 
-def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg,
-                                                                                      cli):
+def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg, cli):
     live.configure(solve_s=150)  # 1.5 s per solve, polled every 0.2 s: several polls in flight
     fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
     proc = cli.start("export", DAY, SCHEDULER="central")
@@ -66,8 +65,10 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
         assert rpc(luigid, "get_task_progress_percentage", task_id=task_id)["progressPercentage"] == 100
     ((day_id, day),) = tasks_of(luigid, "DayExport", "DONE").items()
     rows = sum(len(live.expected_records(DAY, r)) for r in ("north", "south", "east", "west"))
-    assert rpc(luigid, "get_task_status_message", task_id=day_id)["statusMessage"] == \
-        f"{rows} rows, 4 solves, 0 unsolvable"
+    assert (
+        rpc(luigid, "get_task_status_message", task_id=day_id)["statusMessage"]
+        == f"{rows} rows, 4 solves, 0 unsolvable"
+    )
     assert rpc(luigid, "get_task_progress_percentage", task_id=day_id)["progressPercentage"] == 100
 
 
@@ -84,8 +85,9 @@ def test_a_failed_region_names_its_error_code_and_never_the_key(live, luigid, fa
     assert error.startswith("ERROR_SERVER_ERROR: in.php (gave up after 2 attempts)")
     status = rpc(luigid, "get_task_status_message", task_id=task_id)["statusMessage"]
     assert status == "failed: ERROR_SERVER_ERROR"  # not the last progress line it showed
-    everything = json.dumps([rpc(luigid, "task_list", status=s, upstream_status="")
-                             for s in ("", "FAILED", "DISABLED", "PENDING", "DONE")])
+    everything = json.dumps(
+        [rpc(luigid, "task_list", status=s, upstream_status="") for s in ("", "FAILED", "DISABLED", "PENDING", "DONE")]
+    )
     everything += error + json.dumps(rpc(luigid, "get_task_status_message", task_id=task_id))
     everything += json.dumps(rpc(luigid, "worker_list")) + run.out + run.err
     assert SANDBOX_KEY not in everything

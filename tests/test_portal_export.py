@@ -34,10 +34,13 @@ UNSOLVABLE = {"status": 0, "request": "ERROR_CAPTCHA_UNSOLVABLE"}
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+
 def page_html(sitekey=SITEKEY):
     widget = f'<div class="g-recaptcha" data-sitekey="{sitekey}"></div>' if sitekey else ""
-    return (f'<!doctype html><html><head><title>Export</title></head><body><main><form method="post">'
-            f'<input type="hidden" name="day" value="{DAY}">{widget}<button>Export</button></form></main></body></html>')
+    return (
+        f'<!doctype html><html><head><title>Export</title></head><body><main><form method="post">'
+        f'<input type="hidden" name="day" value="{DAY}">{widget}<button>Export</button></form></main></body></html>'
+    )
 
 
 def json_answer(body, status=200):
@@ -149,14 +152,26 @@ def run_region(solver, attempts=4, rng=None, **kw):
     """export_region with recorded waits; returns (outcome or raised error, waits, attempt numbers)."""
     waits, seen = [], []
     try:
-        result = export_region(DAY, "north", PORTAL, solver, attempts=attempts, retry_base_s=10, retry_jitter_s=10,
-                               rng=rng or FixedRng(2.5), sleep=waits.append, on_attempt=seen.append, **kw)
+        result = export_region(
+            DAY,
+            "north",
+            PORTAL,
+            solver,
+            attempts=attempts,
+            retry_base_s=10,
+            retry_jitter_s=10,
+            rng=rng or FixedRng(2.5),
+            sleep=waits.append,
+            on_attempt=seen.append,
+            **kw,
+        )
     except Exception as exc:  # returned, for the test to assert its class
         result = exc
     return result, waits, seen
 
 
 # ------------------------------------------------------------------------------------------ export_once
+
 
 def test_export_once_delivers_the_records_exactly(world, solver):
     delivery = export_once(DAY, "north", PORTAL, solver, http_timeout_s=9)
@@ -167,8 +182,9 @@ def test_export_once_delivers_the_records_exactly(world, solver):
 
     (get,) = world.page_gets()
     assert parse_qs(urlsplit(get.request.url).query) == {"day": [DAY], "region": ["north"]}
-    assert world.submitted() == [{"key": KEY, "json": "1", "method": "userrecaptcha",
-                                  "googlekey": SITEKEY, "pageurl": FINAL_URL}]  # the page's final URL
+    assert world.submitted() == [
+        {"key": KEY, "json": "1", "method": "userrecaptcha", "googlekey": SITEKEY, "pageurl": FINAL_URL}
+    ]  # the page's final URL
     (post,) = world.form_posts()
     assert form(post) == {"day": DAY, "region": "north", "g-recaptcha-response": "tok-101"}
     assert "portal_sid=s-1" in post.request.headers["Cookie"]  # the cookie the page set
@@ -176,7 +192,12 @@ def test_export_once_delivers_the_records_exactly(world, solver):
         if call.request.url.startswith(PORTAL):
             assert call.request.req_kwargs["timeout"] == 9
     assert [c.request.url.split("?")[0] for c in world.rsps.calls] == [
-        f"{PORTAL}/export", f"{PORTAL}/export/view", f"{API}/in.php", f"{API}/res.php", f"{PORTAL}/export"]
+        f"{PORTAL}/export",
+        f"{PORTAL}/export/view",
+        f"{API}/in.php",
+        f"{API}/res.php",
+        f"{PORTAL}/export",
+    ]
 
 
 def test_empty_records_list_is_an_answer(world, solver):
@@ -184,8 +205,11 @@ def test_empty_records_list_is_an_answer(world, solver):
     assert export_once(DAY, "north", PORTAL, solver).records == []
 
 
-@pytest.mark.parametrize("sitekey_page", [page_html(sitekey=None), page_html(sitekey=""), "not html at all"],
-                         ids=["no-widget", "empty-sitekey", "text"])
+@pytest.mark.parametrize(
+    "sitekey_page",
+    [page_html(sitekey=None), page_html(sitekey=""), "not html at all"],
+    ids=["no-widget", "empty-sitekey", "text"],
+)
 def test_page_without_sitekey_is_permanent_and_solves_nothing(world, solver, sitekey_page):
     world.pages.append((200, {"Content-Type": "text/html"}, sitekey_page))
     with pytest.raises(PermanentError) as info:
@@ -202,13 +226,17 @@ def test_find_sitekey_takes_the_widget_anywhere_in_the_page():
     assert find_sitekey("<p>no widget</p>") is None
 
 
-@pytest.mark.parametrize("answer", [
-    (200, {"Content-Type": "text/html"}, "<html>Export done</html>"),
-    json_answer({"rows": RECORDS}),
-    json_answer({"records": "none"}),
-    json_answer({"records": [1, 2]}),
-    json_answer(RECORDS),
-], ids=["html", "no-records-key", "records-not-a-list", "records-not-objects", "bare-list"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {"Content-Type": "text/html"}, "<html>Export done</html>"),
+        json_answer({"rows": RECORDS}),
+        json_answer({"records": "none"}),
+        json_answer({"records": [1, 2]}),
+        json_answer(RECORDS),
+    ],
+    ids=["html", "no-records-key", "records-not-a-list", "records-not-objects", "bare-list"],
+)
 def test_answer_without_a_records_list_is_permanent_never_empty(world, solver, answer):
     world.posts.append(answer)
     with pytest.raises(PermanentError) as info:
@@ -274,6 +302,7 @@ def test_portal_network_error_is_transient_and_unchained(world, solver, where):
 
 # ---------------------------------------------------------------------------------------- export_region
 
+
 def test_region_ok_at_first_attempt(world, solver):
     out, waits, seen = run_region(solver)
     assert (out.status, out.records, out.task_ids, out.solve_seconds) == ("ok", RECORDS, ["101"], 15.0)
@@ -332,12 +361,20 @@ def test_transient_then_ok_and_idle_slot_seconds_is_the_sum_of_waits(world, solv
     assert out.records == RECORDS
 
 
-@pytest.mark.parametrize("setup, cls, code", [
-    (lambda w: w.pages.append((200, {}, page_html(sitekey=None))), PermanentError, "NO_SITEKEY"),
-    (lambda w: w.submits.append({"status": 0, "request": "ERROR_WRONG_USER_KEY"}), KeyLevelError, "ERROR_WRONG_USER_KEY"),
-    (lambda w: w.submits.append({"status": 0, "request": "ERROR_PAGEURL"}), PermanentError, "ERROR_PAGEURL"),
-    (lambda w: w.posts.append(json_answer({"rows": []})), PermanentError, "PORTAL_BAD_ANSWER"),
-], ids=["no-sitekey", "key-level", "bad-pageurl", "bad-answer"])
+@pytest.mark.parametrize(
+    "setup, cls, code",
+    [
+        (lambda w: w.pages.append((200, {}, page_html(sitekey=None))), PermanentError, "NO_SITEKEY"),
+        (
+            lambda w: w.submits.append({"status": 0, "request": "ERROR_WRONG_USER_KEY"}),
+            KeyLevelError,
+            "ERROR_WRONG_USER_KEY",
+        ),
+        (lambda w: w.submits.append({"status": 0, "request": "ERROR_PAGEURL"}), PermanentError, "ERROR_PAGEURL"),
+        (lambda w: w.posts.append(json_answer({"rows": []})), PermanentError, "PORTAL_BAD_ANSWER"),
+    ],
+    ids=["no-sitekey", "key-level", "bad-pageurl", "bad-answer"],
+)
 def test_permanent_errors_are_not_retried(world, solver, setup, cls, code):
     setup(world)
     err, waits, seen = run_region(solver)

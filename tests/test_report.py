@@ -19,11 +19,11 @@ from portal_export.report import COLUMNS, NoHealthFilesError, build_report, main
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime.date(2024, 1, 1)
 N_DAYS = 20
-GAP = 5            # no file at all
-FAILED = 8         # only regions/<day>/failed.health.json
-RECOVERED = 12     # failed once, then exported: both files
-MALFORMED = 15     # a day file that is not JSON: skipped, so the day is missing
-OLD_FORMAT = 3     # written before refused_tokens, submits and idle_slot_seconds existed
+GAP = 5  # no file at all
+FAILED = 8  # only regions/<day>/failed.health.json
+RECOVERED = 12  # failed once, then exported: both files
+MALFORMED = 15  # a day file that is not JSON: skipped, so the day is missing
+OLD_FORMAT = 3  # written before refused_tokens, submits and idle_slot_seconds existed
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -37,10 +37,19 @@ def p95_of(i):
 
 
 def health(i, **overrides):
-    h = {"day": str(day(i)), "solves": 4, "unsolvable": 0, "unsolvable_regions": [],
-         "unsolvable_ratio": 0.0, "p95_solve_seconds": p95_of(i), "rows": 1000 + i,
-         "submits": 5, "refused_tokens": 1, "idle_slot_seconds": 2.5,
-         "regions": {"north": {"status": "ok", "rows": 1000 + i, "task_ids": ["1"], "solve_seconds": 20.0}}}
+    h = {
+        "day": str(day(i)),
+        "solves": 4,
+        "unsolvable": 0,
+        "unsolvable_regions": [],
+        "unsolvable_ratio": 0.0,
+        "p95_solve_seconds": p95_of(i),
+        "rows": 1000 + i,
+        "submits": 5,
+        "refused_tokens": 1,
+        "idle_slot_seconds": 2.5,
+        "regions": {"north": {"status": "ok", "rows": 1000 + i, "task_ids": ["1"], "solve_seconds": 20.0}},
+    }
     h.update(overrides)
     return h
 
@@ -107,6 +116,7 @@ def csv(built):
 
 
 # --- the table ---------------------------------------------------------------------------------
+
 
 def test_writes_both_files_into_data_dir_report_by_default(built):
     data_dir, csv_path, png_path, frame, _ = built
@@ -200,11 +210,13 @@ def test_returned_frame_matches_the_csv(built, csv):
     assert list(frame["day"].dt.strftime("%Y-%m-%d")) == list(csv["day"])
     # the CSV holds 10 significant digits
     for column in ("p95_solve_seconds", report.ROLLING_COLUMN, "rows", "idle_slot_seconds"):
-        pd.testing.assert_series_equal(frame[column].astype("float64"), csv[column].astype("float64"),
-                                       rtol=1e-9, check_names=False)
+        pd.testing.assert_series_equal(
+            frame[column].astype("float64"), csv[column].astype("float64"), rtol=1e-9, check_names=False
+        )
 
 
 # --- the plot ----------------------------------------------------------------------------------
+
 
 def png_size(path):
     data = path.read_bytes()
@@ -227,6 +239,7 @@ def test_docs_example_image_is_small_and_valid():
 
 
 # --- edge cases --------------------------------------------------------------------------------
+
 
 def test_rebuild_replaces_the_files_and_leaves_no_temporaries(tmp_path):
     data_dir = make_dataset(tmp_path / "d")
@@ -295,6 +308,7 @@ def test_no_health_files_is_a_clear_error(tmp_path, setup):
 
 # --- the command line --------------------------------------------------------------------------
 
+
 def test_main_prints_the_last_14_days_and_the_paths(tmp_path, capsys):
     data_dir = make_dataset(tmp_path / "d")
     out = tmp_path / "out"
@@ -354,8 +368,14 @@ def run_module(*args, env=None):
     environ = {k: v for k, v in os.environ.items() if k != "PORTAL_DATA_DIR"}
     environ["PYTHONPATH"] = str(ROOT)
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "portal_export.report", *args], cwd=ROOT,
-                          env=environ, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "portal_export.report", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_module_command_line(tmp_path):
@@ -364,8 +384,10 @@ def test_module_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"table: {data_dir / 'report' / 'solve_health.csv'}" in done.stdout
     assert f"plot:  {data_dir / 'report' / 'solve_health.png'}" in done.stdout
-    assert f"warning: skipped malformed health file {data_dir / f'portal_records_{day(MALFORMED)}.health.json'}" \
+    assert (
+        f"warning: skipped malformed health file {data_dir / f'portal_records_{day(MALFORMED)}.health.json'}"
         in done.stderr
+    )
 
     missing = run_module("--data-dir", str(tmp_path / "empty"))
     assert missing.returncode == 2
@@ -375,9 +397,17 @@ def test_module_command_line(tmp_path):
 
 
 def test_core_module_imports_no_luigi_no_tasks_no_pyplot():
-    code = ("import sys, portal_export.report; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('luigi', 'tasks') or m == 'matplotlib.pyplot']; "
-            "print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, portal_export.report; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('luigi', 'tasks') or m == 'matplotlib.pyplot']; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr

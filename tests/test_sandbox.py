@@ -1,4 +1,5 @@
 """The sandbox against its own spec, with plain requests (time scaled: 1 sandbox second = 10 ms)."""
+
 import json
 import re
 import signal
@@ -69,8 +70,7 @@ def open_page(session, sb, region="north", day=DAY):
 def solved_token(sb, session, region="north", day=DAY, googlekey=None, pageurl=None):
     """Open the export page in `session` and get a token for it the way a client would."""
     page_url, sitekey = open_page(session, sb, region, day)
-    answer = call(sb, "in.php", method="userrecaptcha", googlekey=googlekey or sitekey,
-                  pageurl=pageurl or page_url)
+    answer = call(sb, "in.php", method="userrecaptcha", googlekey=googlekey or sitekey, pageurl=pageurl or page_url)
     assert answer["status"] == 1, answer
     wait_ready(sb, answer["request"])
     result = call(sb, "res.php", action="get", id=answer["request"])
@@ -79,8 +79,12 @@ def solved_token(sb, session, region="north", day=DAY, googlekey=None, pageurl=N
 
 
 def post_export(session, sb, token, region="north", day=DAY, **kw):
-    return session.post(f"{sb.portal_url}/export", timeout=kw.pop("timeout", 5),
-                        data={"day": day, "region": region, "g-recaptcha-response": token}, **kw)
+    return session.post(
+        f"{sb.portal_url}/export",
+        timeout=kw.pop("timeout", 5),
+        data={"day": day, "region": region, "g-recaptcha-response": token},
+        **kw,
+    )
 
 
 # ── the happy path ───────────────────────────────────────────────────────────
@@ -114,8 +118,12 @@ def test_submit_poll_token_and_portal_accepts(make_sb):
 def test_plain_text_answers_without_json(make_sb):
     sb = make_sb(solve_s=20)
     url = sb.captchaai_url
-    fields = {"key": SANDBOX_KEY, "method": "userrecaptcha", "googlekey": sitekey_for("west"),
-              "pageurl": f"{sb.portal_url}/export?day={DAY}&region=west"}
+    fields = {
+        "key": SANDBOX_KEY,
+        "method": "userrecaptcha",
+        "googlekey": sitekey_for("west"),
+        "pageurl": f"{sb.portal_url}/export?day={DAY}&region=west",
+    }
     sub = requests.post(f"{url}/in.php", data=fields, timeout=5).text
     assert re.fullmatch(r"OK\|\d+", sub)
     task_id = sub[3:]
@@ -166,8 +174,15 @@ def test_no_plan_key_refuses_submits_with_free_threads(make_sb):
 
 
 # ── keys and bans ────────────────────────────────────────────────────────────
-@pytest.mark.parametrize("key, code", [(None, "ERROR_WRONG_USER_KEY"), ("short", "ERROR_WRONG_USER_KEY"),
-                                       ("x" * 33, "ERROR_WRONG_USER_KEY"), (OTHER_KEY, "ERROR_KEY_DOES_NOT_EXIST")])
+@pytest.mark.parametrize(
+    "key, code",
+    [
+        (None, "ERROR_WRONG_USER_KEY"),
+        ("short", "ERROR_WRONG_USER_KEY"),
+        ("x" * 33, "ERROR_WRONG_USER_KEY"),
+        (OTHER_KEY, "ERROR_KEY_DOES_NOT_EXIST"),
+    ],
+)
 def test_key_errors_on_every_endpoint(make_sb, key, code):
     sb = make_sb()
     assert len(SANDBOX_KEY) == len(NO_PLAN_KEY) == 32
@@ -186,8 +201,10 @@ def test_ip_banned_after_bad_keys_then_lifted(make_sb):
     banned_at = sb.now()
     assert submit(sb) == {"status": 0, "request": "IP_BANNED"}  # any key, every endpoint
     assert call(sb, "res.php", action="threadsinfo") == {"status": 0, "request": "IP_BANNED"}
-    assert requests.post(f"{sb.captchaai_url}/res.php", timeout=5,
-                         data={"key": SANDBOX_KEY, "action": "getbalance"}).text == "IP_BANNED"
+    assert (
+        requests.post(f"{sb.captchaai_url}/res.php", timeout=5, data={"key": SANDBOX_KEY, "action": "getbalance"}).text
+        == "IP_BANNED"
+    )
     assert sb.stats()["ip_bans"] == 1
     time.sleep(max(0.0, banned_at + 30 * SCALE - sb.now()) + 0.01)
     assert submit(sb)["status"] == 1
@@ -232,10 +249,14 @@ def test_unsolvable_by_seeded_rate(make_sb):
 def test_submit_and_poll_parameter_errors(make_sb):
     sb = make_sb(valid_keys={SANDBOX_KEY, "a" * 32})
     ok = {"method": "userrecaptcha", "googlekey": sitekey_for("west"), "pageurl": f"{sb.portal_url}/export"}
-    cases = [({"googlekey": ""}, "ERROR_GOOGLEKEY"), ({"pageurl": ""}, "ERROR_PAGEURL"),
-             ({"pageurl": "not a url"}, "ERROR_PAGEURL"),
-             ({"googlekey": "6LnotFromThePortal"}, "ERROR_WRONG_GOOGLEKEY"),
-             ({"method": "base64"}, "ERROR_BAD_PARAMETERS"), ({"method": ""}, "ERROR_BAD_PARAMETERS")]
+    cases = [
+        ({"googlekey": ""}, "ERROR_GOOGLEKEY"),
+        ({"pageurl": ""}, "ERROR_PAGEURL"),
+        ({"pageurl": "not a url"}, "ERROR_PAGEURL"),
+        ({"googlekey": "6LnotFromThePortal"}, "ERROR_WRONG_GOOGLEKEY"),
+        ({"method": "base64"}, "ERROR_BAD_PARAMETERS"),
+        ({"method": ""}, "ERROR_BAD_PARAMETERS"),
+    ]
     for change, code in cases:
         assert call(sb, "in.php", **{**ok, **change}) == {"status": 0, "request": code}, change
     assert sb.tasks() == []
@@ -286,10 +307,16 @@ KINDS = ("html500", "html502", "plaintext", "server_error", "internal_error", "r
 @pytest.mark.parametrize("kind", KINDS)
 def test_in_php_faults_create_no_task(make_sb, kind):
     sb = make_sb(faults={"in.php": FaultPlan(schedule={0: kind}, slow_s=15)})
-    fields = {"key": SANDBOX_KEY, "json": 1, "method": "userrecaptcha", "googlekey": sitekey_for("north"),
-              "pageurl": f"{sb.portal_url}/export"}
-    check_fault_answer(kind, "in.php",
-                       lambda timeout=5: requests.post(f"{sb.captchaai_url}/in.php", data=fields, timeout=timeout))
+    fields = {
+        "key": SANDBOX_KEY,
+        "json": 1,
+        "method": "userrecaptcha",
+        "googlekey": sitekey_for("north"),
+        "pageurl": f"{sb.portal_url}/export",
+    }
+    check_fault_answer(
+        kind, "in.php", lambda timeout=5: requests.post(f"{sb.captchaai_url}/in.php", data=fields, timeout=timeout)
+    )
     if kind == "slow":  # answered normally once the delay is over: the client's timeout orphans a task
         wait_until(lambda: len(sb.tasks()) == 1)
     else:
@@ -305,8 +332,9 @@ def test_res_php_faults_leave_task_unchanged(make_sb, kind):
     wait_ready(sb, task_id)
     get = {"key": SANDBOX_KEY, "json": 1, "action": "get", "id": task_id}
     started = time.monotonic()
-    check_fault_answer(kind, "res.php",
-                       lambda timeout=5: requests.post(f"{sb.captchaai_url}/res.php", data=get, timeout=timeout))
+    check_fault_answer(
+        kind, "res.php", lambda timeout=5: requests.post(f"{sb.captchaai_url}/res.php", data=get, timeout=timeout)
+    )
     if kind == "slow":  # the delayed request is then answered (and counted) normally
         wait_until(lambda: task(sb, task_id)["polls"] == 1)
         assert time.monotonic() - started >= 15 * SCALE
@@ -326,8 +354,12 @@ def test_slow_fault_answers_normally_after_delay(make_sb):
 def test_fault_rate_is_seeded_and_kinds_respected(make_sb):
     def pattern(seed, plan):
         sb = make_sb(seed=seed, faults={"res.php": plan})
-        answers = [requests.post(f"{sb.captchaai_url}/res.php", timeout=5,
-                                 data={"key": SANDBOX_KEY, "action": "threadsinfo", "json": 1}) for _ in range(40)]
+        answers = [
+            requests.post(
+                f"{sb.captchaai_url}/res.php", timeout=5, data={"key": SANDBOX_KEY, "action": "threadsinfo", "json": 1}
+            )
+            for _ in range(40)
+        ]
         return [r.status_code if r.status_code != 200 else r.json().get("request", "ok") for r in answers]
 
     plan = FaultPlan(rate=0.3, kinds=("html502", "server_error"))
@@ -341,8 +373,9 @@ def test_schedule_is_deterministic_and_restarts_on_configure(make_sb):
     sb = make_sb(faults={"res.php": FaultPlan(rate=0.0, schedule={0: "html502", 2: "internal_error"})})
 
     def answer():
-        r = requests.post(f"{sb.captchaai_url}/res.php", data={"key": SANDBOX_KEY, "action": "getbalance", "json": 1},
-                          timeout=5)
+        r = requests.post(
+            f"{sb.captchaai_url}/res.php", data={"key": SANDBOX_KEY, "action": "getbalance", "json": 1}, timeout=5
+        )
         return r.status_code if r.status_code != 200 else r.json()["request"]
 
     assert [answer() for _ in range(4)] == [502, "12.345", "ERROR_INTERNAL_SERVER_ERROR", "12.345"]
@@ -360,9 +393,11 @@ def test_portal_get_faults_open_no_session(make_sb, kind):
         resp = s.get(f"{sb.portal_url}/export", params={"day": DAY, "region": "north"}, timeout=5)
         assert resp.status_code == 500 and resp.text.startswith("<html")
     else:
-        check_fault_answer(kind, "portal_get",
-                           lambda timeout=5: s.get(f"{sb.portal_url}/export", timeout=timeout,
-                                                   params={"day": DAY, "region": "north"}))
+        check_fault_answer(
+            kind,
+            "portal_get",
+            lambda timeout=5: s.get(f"{sb.portal_url}/export", timeout=timeout, params={"day": DAY, "region": "north"}),
+        )
     assert "portal_session" not in s.cookies
     open_page(s, sb)  # the next GET is healthy
     assert sb.stats()["faults"] == {"portal_get": {kind: 1}}
@@ -392,8 +427,12 @@ def test_portal_post_slow_fault_still_spends_the_token(make_sb):
 def test_portal_page_validation(make_sb):
     sb = make_sb()
     s = requests.Session()
-    for params, status in [({"day": DAY, "region": "mars"}, 404), ({"day": "2024-13-01", "region": "north"}, 400),
-                           ({"day": "20240301", "region": "north"}, 400), ({"region": "north"}, 400)]:
+    for params, status in [
+        ({"day": DAY, "region": "mars"}, 404),
+        ({"day": "2024-13-01", "region": "north"}, 400),
+        ({"day": "20240301", "region": "north"}, 400),
+        ({"region": "north"}, 400),
+    ]:
         assert s.get(f"{sb.portal_url}/export", params=params, timeout=5).status_code == status
     page = s.get(f"{sb.portal_url}/export", params={"day": DAY, "region": "south"}, timeout=5)
     assert f'data-sitekey="{sitekey_for("south")}"' in page.text
@@ -438,8 +477,13 @@ def test_token_for_wrong_sitekey_pageurl_or_unknown_refused(make_sb):
     assert post_export(s, sb, "").json() == {"error": "missing-input-response"}
     assert post_export(s, sb, wrong_key).json() == {"error": "timeout-or-duplicate"}  # verified once, like Google
     refused = sb.stats()["tokens"]["refused"]
-    assert refused == {"wrong-sitekey": 1, "wrong-pageurl": 1, "unknown-token": 1,
-                       "missing-input-response": 1, "timeout-or-duplicate": 1}
+    assert refused == {
+        "wrong-sitekey": 1,
+        "wrong-pageurl": 1,
+        "unknown-token": 1,
+        "missing-input-response": 1,
+        "timeout-or-duplicate": 1,
+    }
 
 
 def test_one_cookie_may_hold_several_pages(make_sb):
@@ -467,8 +511,9 @@ def test_stats_counts_masks_and_http_endpoint(make_sb):
     over_http = requests.get(f"{sb.captchaai_url}/_sandbox/stats", timeout=5)
     assert SANDBOX_KEY not in over_http.text and SANDBOX_KEY not in json.dumps(stats)
     assert over_http.json()["submits"] == stats["submits"] and over_http.json()["key_in_query"] == 2
-    assert [t["id"] for t in requests.get(f"{sb.captchaai_url}/_sandbox/tasks", timeout=5).json()] == \
-        [t["id"] for t in sb.tasks()]
+    assert [t["id"] for t in requests.get(f"{sb.captchaai_url}/_sandbox/tasks", timeout=5).json()] == [
+        t["id"] for t in sb.tasks()
+    ]
     sb.reset_stats()
     fresh = sb.stats()
     assert fresh["key_in_query"] == 0 and fresh["submits"] == {} and fresh["requests"] == {}
@@ -502,11 +547,14 @@ def test_expected_records_are_deterministic_and_varied():
         sitekey_for("mars")
 
 
-@pytest.mark.parametrize("fields, low, high", [
-    ({"solve": "fixed", "solve_s": 20}, 20, 20),
-    ({"solve": "uniform", "solve_min_s": 5, "solve_max_s": 30}, 5, 30),
-    ({"solve": "lognormal", "solve_median_s": 15, "solve_sigma": 0.5}, 0.1, 1000),
-])
+@pytest.mark.parametrize(
+    "fields, low, high",
+    [
+        ({"solve": "fixed", "solve_s": 20}, 20, 20),
+        ({"solve": "uniform", "solve_min_s": 5, "solve_max_s": 30}, 5, 30),
+        ({"solve": "lognormal", "solve_median_s": 15, "solve_sigma": 0.5}, 0.1, 1000),
+    ],
+)
 def test_solve_models_are_seeded_and_scaled(make_sb, fields, low, high):
     def times(seed):
         sb = make_sb(seed=seed, threads=20, **fields)
@@ -535,21 +583,48 @@ def test_config_validation():
 def test_cli_serves_and_exits_cleanly_on_sigterm(tmp_path):
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox", "--time-scale", str(SCALE), "--solve", "fixed:1", "--threads", "3",
-         "--unsolvable-sitekey", "north", "--fault", "in.php:0", "--ready-file", str(ready)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            "--time-scale",
+            str(SCALE),
+            "--solve",
+            "fixed:1",
+            "--threads",
+            "3",
+            "--unsolvable-sitekey",
+            "north",
+            "--fault",
+            "in.php:0",
+            "--ready-file",
+            str(ready),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(ready.exists, timeout=10)
         line = json.loads(proc.stdout.readline())
         assert json.loads(ready.read_text()) == line and not list(tmp_path.glob("*.tmp"))
         assert line["key"] == SANDBOX_KEY and line["pid"] == proc.pid
         url = line["captchaai_url"]
-        assert requests.post(f"{url}/res.php", data={"key": SANDBOX_KEY, "action": "threadsinfo"},
-                             timeout=5).json() == {"threads": "3", "working_threads": 0}
+        assert requests.post(
+            f"{url}/res.php", data={"key": SANDBOX_KEY, "action": "threadsinfo"}, timeout=5
+        ).json() == {"threads": "3", "working_threads": 0}
         page = requests.get(f"{line['portal_url']}/export", params={"day": DAY, "region": "north"}, timeout=5)
-        task_id = requests.post(f"{url}/in.php", timeout=5, data={
-            "key": SANDBOX_KEY, "method": "userrecaptcha", "googlekey": sitekey_for("north"), "pageurl": page.url,
-        }).text[3:]
+        task_id = requests.post(
+            f"{url}/in.php",
+            timeout=5,
+            data={
+                "key": SANDBOX_KEY,
+                "method": "userrecaptcha",
+                "googlekey": sitekey_for("north"),
+                "pageurl": page.url,
+            },
+        ).text[3:]
         get = {"key": SANDBOX_KEY, "action": "get", "id": task_id}
         wait_until(lambda: requests.post(f"{url}/res.php", data=get, timeout=5).text != "CAPCHA_NOT_READY")
         assert requests.post(f"{url}/res.php", data=get, timeout=5).text == "ERROR_CAPTCHA_UNSOLVABLE"

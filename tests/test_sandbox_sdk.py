@@ -4,6 +4,7 @@ The SDK hard-codes its waits (15 s before the first poll, 5 s between polls, ~8 
 while threads are busy) and offers no setting for them, so its client module gets
 a sleep on the sandbox's time scale: one clock for both sides.
 """
+
 import re
 import time
 import types
@@ -12,8 +13,15 @@ import captchaai
 import captchaai.client
 import pytest
 import requests
-from captchaai import (APIError, CaptchaAI, InvalidKeyError, NetworkError, NoThreadsError, ThreadLimitError,
-                       UnsolvableError)
+from captchaai import (
+    APIError,
+    CaptchaAI,
+    InvalidKeyError,
+    NetworkError,
+    NoThreadsError,
+    ThreadLimitError,
+    UnsolvableError,
+)
 
 from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, Sandbox, SandboxConfig, expected_records, sitekey_for
 
@@ -54,8 +62,11 @@ def test_sdk_solves_the_portal_captcha_through_not_ready(make_sb):
     stats = sb.stats()
     assert stats["polls"][result.task_id] >= 2 and stats["codes"]["res.php"]["CAPCHA_NOT_READY"] >= 1
     assert stats["key_in_query"] > 0  # the SDK submits and polls by GET: the counter sees it
-    resp = s.post(f"{sb.portal_url}/export", timeout=5,
-                  data={"day": DAY, "region": "south", "g-recaptcha-response": result.solution})
+    resp = s.post(
+        f"{sb.portal_url}/export",
+        timeout=5,
+        data={"day": DAY, "region": "south", "g-recaptcha-response": result.solution},
+    )
     assert resp.status_code == 200 and resp.json()["records"] == expected_records(DAY, "south")
     solver.close()
 
@@ -66,9 +77,12 @@ def test_sdk_manual_send_get_result_and_threads_info(make_sb):
     assert solver.threads_info() == {"threads": 4, "working_threads": 0}
     task_id = solver.send("recaptcha_v2", googlekey=sitekey_for("east"), pageurl=f"{sb.portal_url}/export")
     assert solver.threads_info() == {"threads": 4, "working_threads": 1}
-    assert solver.get_result("recaptcha_v2", task_id).solution == \
-        requests.post(f"{sb.captchaai_url}/res.php", timeout=5,
-                      data={"key": SANDBOX_KEY, "action": "get", "id": task_id}).text[3:]
+    assert (
+        solver.get_result("recaptcha_v2", task_id).solution
+        == requests.post(
+            f"{sb.captchaai_url}/res.php", timeout=5, data={"key": SANDBOX_KEY, "action": "get", "id": task_id}
+        ).text[3:]
+    )
     assert sb.stats()["polls"][task_id] >= 3
 
 
@@ -96,10 +110,12 @@ def test_sdk_maps_busy_threads_and_no_plan(make_sb):
     sb.occupy_threads(5, 100)
     with pytest.raises(ThreadLimitError):  # ERROR_ZERO_BALANCE + threadsinfo full -> busy, no waiting allowed
         CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url, thread_busy_timeout=0).recaptcha_v2(
-            sitekey_for("north"), f"{sb.portal_url}/export")
+            sitekey_for("north"), f"{sb.portal_url}/export"
+        )
     with pytest.raises(ThreadLimitError):  # auto_retry off: the SDK checks threadsinfo before submitting
         CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url, max_retries=0).recaptcha_v2(
-            sitekey_for("north"), f"{sb.portal_url}/export")
+            sitekey_for("north"), f"{sb.portal_url}/export"
+        )
     with pytest.raises(NoThreadsError):  # ERROR_ZERO_BALANCE with free threads -> no plan
         CaptchaAI(NO_PLAN_KEY, base_url=sb.captchaai_url).recaptcha_v2(sitekey_for("north"), f"{sb.portal_url}/export")
     assert sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] == 2
@@ -115,7 +131,8 @@ def test_sdk_waits_for_threads_to_free(make_sb, monkeypatch):
     sb = make_sb(solve_s=1, time_scale=scale)
     sb.occupy_threads(5, 13.5)
     result = CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url).recaptcha_v2(
-        sitekey_for("north"), f"{sb.portal_url}/export")
+        sitekey_for("north"), f"{sb.portal_url}/export"
+    )
     assert result.solution and sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
 
 

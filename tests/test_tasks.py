@@ -103,8 +103,13 @@ def test_a_day_materializes_with_four_solves(env, data_dir):
     assert [list(r) for r in rows] == [list(r) for r in expected]  # key order kept
     assert health["solves"] == 4 and health["unsolvable"] == 0 and health["rows"] == 12
     assert health["unsolvable_ratio"] == 0.0 and health["p95_solve_seconds"] == 1.5
-    assert health["regions"]["north"] == {**health["regions"]["north"], "status": "ok", "rows": 3,
-                                          "task_ids": [health["regions"]["north"]["task_ids"][0]], "solve_seconds": 1.5}
+    assert health["regions"]["north"] == {
+        **health["regions"]["north"],
+        "status": "ok",
+        "rows": 3,
+        "task_ids": [health["regions"]["north"]["task_ids"][0]],
+        "solve_seconds": 1.5,
+    }
     assert all(isinstance(t, str) for r in health["regions"].values() for t in r["task_ids"])
 
 
