@@ -15,21 +15,44 @@ from portal_export.portal import KNOWN_REGIONS
 
 
 class captchaai(luigi.Config):
-    api_base = luigi.Parameter(default=DEFAULT_API_BASE, description="base URL of the CaptchaAI-protocol API (env CAPTCHAAI_API_BASE wins)")
+    api_base = luigi.Parameter(
+        default=DEFAULT_API_BASE, description="base URL of the CaptchaAI-protocol API (env CAPTCHAAI_API_BASE wins)"
+    )
     timeout_s = luigi.FloatParameter(default=120.0, description="deadline of one solve, counted from submit")
     first_poll_s = luigi.FloatParameter(default=15.0, description="wait before the first poll")
     poll_every_s = luigi.FloatParameter(default=5.0, description="wait between polls")
     http_timeout_s = luigi.FloatParameter(default=30.0, description="timeout of one HTTP call to the API")
+    spare_threads = luigi.IntParameter(
+        default=1, description="plan threads never used, left for manual runs and timed-out tasks"
+    )
+    follow_plan = luigi.BoolParameter(
+        default=True, description="keep the cap in force at min([resources] captchaai, what the live plan leaves)"
+    )
+    plan_every_s = luigi.FloatParameter(default=30.0, description="how often the plan is re-read while runs go")
 
 
 class portal(luigi.Config):
-    attempts = luigi.IntParameter(default=4, description="attempts per region for transient failures, the first included")
+    attempts = luigi.IntParameter(
+        default=4, description="attempts per region for transient failures, the first included"
+    )
     retry_base_s = luigi.FloatParameter(default=10.0, description="backoff base: base x (2^n - 1) before attempt n + 1")
     retry_jitter_s = luigi.FloatParameter(default=10.0, description="each backoff wait moves by up to +- this")
-    base_url = luigi.Parameter(default="https://reports.partner.example", description="base URL of the partner portal (env PORTAL_BASE_URL wins)")
+    base_url = luigi.Parameter(
+        default="https://reports.partner.example",
+        description="base URL of the partner portal (env PORTAL_BASE_URL wins)",
+    )
     data_dir = luigi.Parameter(default="data", description="where outputs go (env PORTAL_DATA_DIR wins)")
     regions = luigi.Parameter(default=",".join(KNOWN_REGIONS), description="comma-separated region names")
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
+    login_path = luigi.Parameter(
+        default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
+    )
+
+
+class alerts(luigi.Config):
+    p95_warn_s = luigi.FloatParameter(
+        default=60.0, description="a completed run whose days have a p95 solve time above this sends a warning"
+    )
 
 
 class ConfigError(ValueError):
@@ -64,5 +87,7 @@ def regions():
     names = [r.strip() for r in portal().regions.split(",") if r.strip()]
     unknown = [r for r in names if r not in KNOWN_REGIONS]
     if unknown or not names or len(set(names)) != len(names):
-        raise ConfigError(f"[portal] regions = {portal().regions!r}: give distinct names among {', '.join(KNOWN_REGIONS)}")
+        raise ConfigError(
+            f"[portal] regions = {portal().regions!r}: give distinct names among {', '.join(KNOWN_REGIONS)}"
+        )
     return names

@@ -1,4 +1,5 @@
-"""Keeping the API key out of everything Luigi shows, logs or stores.
+"""Keeping the secrets (the API key, the portal password, the alert webhook URL) out of everything
+Luigi shows, logs or stores.
 
 The client never puts the key anywhere but a POST body, so this is the second line: whatever some
 library writes into a message or a traceback is scrubbed before it is logged or handed to Luigi
@@ -10,11 +11,22 @@ import os
 import traceback
 
 MASK = "***"
+# Read from the environment only, never written anywhere: every one is masked wherever text leaves.
+SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL")
+
+
+def secrets():
+    """The secret values set now, longest first (so a secret containing another is masked whole)."""
+    values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
+    return sorted((v for v in values if v), key=len, reverse=True)
 
 
 def scrub(text):
-    key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
-    return text.replace(key, MASK) if key and text else text
+    if not text:
+        return text
+    for value in secrets():
+        text = text.replace(value, MASK)
+    return text
 
 
 def format_failure(exception):
