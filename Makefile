@@ -14,28 +14,54 @@ NEWEST_FIRST ?=
 TASK_LIMIT ?=
 export SCHEDULER LUIGI_SCHEDULER_URL
 
+# make test fails under these coverage floors (percent of lines and branches), set from measurement
+COVER_TOTAL ?= 85
+COVER_CORE ?= 95
+# make test-pythons: the Pythons the README claims
+PYTHONS ?= 3.10 3.11 3.12 3.13
+
 PY := $(VENV)/bin/python
 RUN := $(PY) -m tasks $(if $(WORKERS),--workers $(WORKERS))
 
 .DEFAULT_GOAL := help
 
-# The venv is stamped on the install inputs: rebuilt when they change, and only then.
-$(VENV)/.installed: setup.cfg pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+# The venv is stamped on the install inputs: rebuilt when they change, and only then. It installs
+# exactly the hashed pins of requirements.lock (the same versions on every machine, whatever PyPI
+# released since), then the project itself without dependencies; `pip check` proves the pins whole.
+$(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip check --disable-pip-version-check >/dev/null
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## create .venv and install the project with its test extras
+venv: $(VENV)/.installed ## create .venv and install the project with its test extras from the lock
+
+.PHONY: lock
+lock: $(VENV)/.installed ## rewrite requirements.lock from setup.cfg (every Python from 3.10 on, hashed)
+	$(VENV)/bin/uv pip compile --quiet --universal --generate-hashes --extra test --extra lint \
+		--python-version 3.10 setup.cfg -o requirements.lock
 
 .PHONY: help
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: $(VENV)/.installed ## run the whole test suite
-	$(PY) -m pytest
+test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors in setup.cfg)
+	$(PY) -m pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVER_TOTAL)
+	$(PY) -m coverage report --include='portal_export/*' --fail-under=$(COVER_CORE) --format=total \
+		| sed 's/^/coverage of portal_export: /; s/$$/ % (floor $(COVER_CORE) %)/'
+
+.PHONY: test-pythons
+test-pythons: ## make test on every Python of PYTHONS found here (each in .venv-X.Y); says which were skipped
+	@PYTHONS="$(PYTHONS)" MAKE="$(MAKE)" sh .ci/test-pythons
+
+.PHONY: lint
+lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 .PHONY: demo
 demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/)
@@ -83,4 +109,4 @@ bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 mi
 
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache
