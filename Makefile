@@ -39,9 +39,9 @@ $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 venv: $(VENV)/.installed ## create .venv and install the project with its test extras from the lock
 
 .PHONY: lock
-lock: $(VENV)/.installed ## rewrite requirements.lock from setup.cfg (every Python from 3.10 on, hashed)
+lock: $(VENV)/.installed ## rewrite requirements.lock from setup.cfg and build-requirements.in (Pythons 3.10+, hashed)
 	$(VENV)/bin/uv pip compile --quiet --universal --generate-hashes --extra test --extra lint \
-		--python-version 3.10 setup.cfg -o requirements.lock
+		--python-version 3.10 setup.cfg build-requirements.in -o requirements.lock
 
 .PHONY: help
 help: ## list the targets
