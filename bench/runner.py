@@ -13,17 +13,15 @@ import datetime
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
-import requests
 
 from sandbox import SANDBOX_KEY, Sandbox
+from tasks.scheduler import ForegroundLuigid
 
 from . import config
 
@@ -77,56 +75,20 @@ def region_outcomes(data_dir, days, regions):
     return delivered
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def luigid(home, cap):
     """A central scheduler on a free loopback port holding the cap in its own config (only luigid's
-    counts); yields (url, its TreeSampler)."""
-    home.mkdir(parents=True, exist_ok=True)
-    cfg = home / "luigid.cfg"
-    cfg.write_text(f"[resources]\ncaptchaai = {cap}\n[scheduler]\nretry_delay = 300\n")
-    port = free_port()
-    log = open(home / "luigid.log", "w")  # noqa: SIM115 (the child process's output for as long as it runs)
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("luigid")),
-            "--address",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--state-path",
-            str(home / "state.pickle"),
-        ],
-        cwd=home,
-        env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    counts), without task history (as before: its CPU is measured); yields (url, its TreeSampler)."""
+    server = ForegroundLuigid(home, resources={"captchaai": cap}, history=False)
     try:
-        for _ in range(200):
-            try:
-                requests.get(url, timeout=1, allow_redirects=False)
-                break
-            except requests.RequestException:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError(f"luigid did not start; see {home / 'luigid.log'}")
-        sampler = TreeSampler(proc.pid)
+        sampler = TreeSampler(server.proc.pid)
         sampler.start()
-        yield url, sampler
+        yield server.url, sampler
         sampler.sample()  # its CPU up to now, while it still runs
         sampler.stop.set()
         sampler.join()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+        server.stop()
 
 
 def _argv(case, api_base, portal_url):

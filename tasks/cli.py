@@ -19,7 +19,6 @@ import luigi
 import luigi.interface
 import luigi.retcodes
 import luigi.rpc
-import requests
 
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
@@ -65,12 +64,7 @@ def scheduler_url():
     return os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
 
 
-def scheduler_answers(url):
-    try:
-        requests.get(url, timeout=2, allow_redirects=False)
-    except requests.RequestException:
-        return False
-    return True
+scheduler_answers = scheduler.answers
 
 
 def choose_scheduler():
@@ -355,7 +349,7 @@ def cmd_report(args):
 
 
 def cmd_scheduler(args):
-    return scheduler.start(scheduler_url(), scheduler_answers, say)
+    return scheduler.start(scheduler_url(), say)
 
 
 def cmd_scheduler_stop(args):

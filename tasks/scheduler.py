@@ -1,33 +1,54 @@
-"""`make scheduler` / `make scheduler-stop`: luigid on loopback, its state and task history in var/.
+"""`make scheduler` / `make scheduler-stop`: luigid on loopback, its state and task history in var/;
+and the same luigid in the foreground for the tests and the bench.
 
 Only luigid's own config sets the captchaai cap for runs that use it, so its config is written
 from the effective client config ([resources], [scheduler]) at every start: one place to size
-the cap. luigid runs with var/ as its working directory so it reads nothing else.
+the cap. luigid runs with its home as its working directory so it reads nothing else.
 """
 
 import configparser
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import luigi.configuration
+import requests
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 
 
-def luigid_config(path):
+LUIGID = Path(sys.executable).with_name("luigid")
+
+
+def answers(url: str) -> bool:
+    """Whether anything answers HTTP at `url` (a scheduler, if it is one)."""
+    try:
+        requests.get(url, timeout=2, allow_redirects=False)
+    except requests.RequestException:
+        return False
+    return True
+
+
+def luigid_config(
+    path: Path, home: Path = VAR / "luigid", resources: Mapping[str, int] | None = None, history: bool = True
+) -> Path:
+    """luigid's config at `path`, from the client's; its state (and task history) under `home`."""
     client = luigi.configuration.get_config()
     cfg = configparser.ConfigParser(interpolation=None)
     for section in ("resources", "scheduler"):
         cfg[section] = dict(client.items(section)) if client.has_section(section) else {}
-    cfg["scheduler"]["record_task_history"] = "true"
-    cfg["scheduler"]["state_path"] = str(VAR / "luigid" / "state.pickle")
-    cfg["task_history"] = {"db_connection": f"sqlite:///{VAR / 'luigid' / 'history.db'}"}
+    cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
+    cfg["scheduler"]["record_task_history"] = str(history).lower()
+    cfg["scheduler"]["state_path"] = str(home / "state.pickle")
+    if history:
+        cfg["task_history"] = {"db_connection": f"sqlite:///{home / 'history.db'}"}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         f.write("# Written by `make scheduler` from luigi.cfg (and LUIGI_CONFIG_PATH); edit those instead.\n")
@@ -35,7 +56,7 @@ def luigid_config(path):
     return path
 
 
-def running_pid():
+def running_pid() -> int | None:
     try:
         pid = int(PIDFILE.read_text())
         os.kill(pid, 0)
@@ -50,7 +71,7 @@ def running_pid():
     return pid
 
 
-def start(url, answers, say):
+def start(url: str, say: Callable[[str], None]) -> int:
     parts = urlsplit(url)
     if parts.hostname not in ("127.0.0.1", "localhost"):
         say(f"error: luigid has no authentication; it binds loopback only, not {parts.hostname}")
@@ -66,10 +87,9 @@ def start(url, answers, say):
     for private in (VAR / "luigid", VAR / "log"):
         private.mkdir(parents=True, exist_ok=True)
         private.chmod(0o700)
-    luigid = Path(sys.executable).with_name("luigid")
     subprocess.run(
         [
-            str(luigid),
+            str(LUIGID),
             "--background",
             "--pidfile",
             str(PIDFILE),
@@ -100,7 +120,7 @@ def start(url, answers, say):
     return 1
 
 
-def stop(say):
+def stop(say: Callable[[str], None]) -> int:
     pid = running_pid()
     if not pid:
         say("scheduler: not running")
@@ -113,3 +133,53 @@ def stop(say):
         time.sleep(0.1)
     say(f"error: luigid (pid {pid}) still runs 10 s after SIGTERM")
     return 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ForegroundLuigid:
+    """luigid in the foreground on a free loopback port, configured as `make scheduler` configures
+    it, its config, state, history and log under `home`: for the tests and the bench."""
+
+    def __init__(self, home: Path, resources: Mapping[str, int] | None = None, history: bool = True) -> None:
+        self.home = Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.state_path, self.history_db, self.log = (
+            self.home / "state.pickle",
+            self.home / "history.db",
+            self.home / "luigid.log",
+        )
+        cfg = luigid_config(self.home / "luigid.cfg", self.home, resources, history)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        with open(self.log, "w") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [str(LUIGID), "--address", "127.0.0.1", "--port", str(port), "--state-path", str(self.state_path)],
+                cwd=self.home,
+                env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        if not wait_for(lambda: answers(self.url), 10.0):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
+            self.proc.wait(timeout=10)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -5,6 +5,8 @@ import luigi
 import luigi.configuration
 import pytest
 
+from tasks.scheduler import ForegroundLuigid
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
 
@@ -108,14 +110,6 @@ def live(sandbox, monkeypatch, luigi_cfg, tmp_path):
     return sb
 
 
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def luigid(tmp_path, monkeypatch):
     """The URL of a central scheduler for one test, which LUIGI_SCHEDULER_URL points at."""
@@ -210,61 +204,13 @@ def fast_cfg(tmp_path, monkeypatch, luigi_cfg):
     return layer
 
 
-class Luigid:
+class Luigid(ForegroundLuigid):
     """luigid on a free loopback port, configured as `make scheduler` does it; a test can
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
 
     def __init__(self, home):
-        import configparser
-        import subprocess
-        import sys
-        import time
-
-        import requests
-
-        from tasks.scheduler import luigid_config
-
-        self.home = Path(home)
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.state_path, self.history_db, self.log = (
-            self.home / "state.pickle",
-            self.home / "history.db",
-            self.home / "luigid.log",
-        )
-        # The config `make scheduler` writes (from luigi.cfg), with its state and history moved here.
-        cfg = luigid_config(self.home / "luigid.cfg")
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read(cfg)
-        parser["scheduler"]["state_path"] = str(self.state_path)
-        parser["task_history"]["db_connection"] = f"sqlite:///{self.history_db}"
-        with open(cfg, "w") as f:
-            parser.write(f)
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        super().__init__(home)
         self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("luigid")),
-                "--address",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--state-path",
-                str(self.state_path),
-            ],
-            cwd=self.home,
-            env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
-            stdout=open(self.log, "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(200):
-            try:
-                requests.get(self.url, timeout=1, allow_redirects=False)
-                return
-            except requests.RequestException:
-                time.sleep(0.05)
-        self.proc.kill()
-        raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
 
     def rpc(self, method, **args):
         import json
@@ -285,11 +231,6 @@ class Luigid:
 
         text = self.rpc("fetch_error", task_id=task_id)["error"] or ""
         return json.loads(text) if text.startswith('"') else text  # the worker sends it JSON-encoded
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture

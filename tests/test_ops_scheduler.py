@@ -21,8 +21,9 @@ import pytest
 import requests
 
 from tasks.cli import scheduler_answers
+from tasks.scheduler import free_port
 
-from .conftest import ROOT, free_port
+from .conftest import ROOT
 
 DAY = datetime.date(2026, 9, 1)
 REGIONS = ("north", "south", "east", "west")
