@@ -1,6 +1,9 @@
 """A day's solve health, from the facts each region recorded, and its validation."""
 
+import datetime
 import math
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, TypedDict, cast
 
 from .errors import PermanentError
 
@@ -9,7 +12,36 @@ class DayValidationError(PermanentError):
     """Too many regions given up as unsolvable for the day to count as exported."""
 
 
-def p95(values):
+class RegionHealth(TypedDict):
+    """One region's entry in a day's health record."""
+
+    status: str  # "ok" or "unsolvable"
+    rows: int
+    task_ids: list[str]
+    solve_seconds: float | None  # of the delivering solve; None when unsolvable
+    attempts: int
+    refused_tokens: int
+    transient_errors: list[str]
+    idle_slot_seconds: float
+
+
+class DayHealth(TypedDict):
+    """A day's health record, as written to the day's health file."""
+
+    day: str
+    solves: int
+    unsolvable: int
+    unsolvable_regions: list[str]
+    unsolvable_ratio: float
+    p95_solve_seconds: float | None
+    rows: int
+    submits: int
+    refused_tokens: int
+    idle_slot_seconds: float
+    regions: dict[str, RegionHealth]
+
+
+def p95(values: Iterable[float]) -> float | None:
     """95th percentile by nearest rank; None for no values."""
     ordered = sorted(values)
     if not ordered:
@@ -17,9 +49,10 @@ def p95(values):
     return ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
 
 
-def day_health(day, regions, facts):
+def day_health(day: datetime.date | str, regions: Collection[str], facts: Mapping[str, Mapping[str, Any]]) -> DayHealth:
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
-    per_region = {}
+    # facts are decoded JSON (each region task's output file): their values are typed here, on the way out
+    per_region: dict[str, RegionHealth] = {}
     for region in regions:
         f = facts[region]
         per_region[region] = {
@@ -40,7 +73,8 @@ def day_health(day, regions, facts):
         "unsolvable": len(unsolvable),
         "unsolvable_regions": unsolvable,
         "unsolvable_ratio": len(unsolvable) / len(regions) if regions else 0.0,
-        "p95_solve_seconds": p95(r["solve_seconds"] for r in ok),
+        # an ok region has delivered, so it has its solve's seconds (export_region sets both together)
+        "p95_solve_seconds": p95(cast(float, r["solve_seconds"]) for r in ok),
         "rows": sum(r["rows"] for r in per_region.values()),
         "submits": sum(len(r["task_ids"]) for r in per_region.values()),
         "refused_tokens": sum(r["refused_tokens"] for r in per_region.values()),
@@ -49,7 +83,7 @@ def day_health(day, regions, facts):
     }
 
 
-def validate(health, max_unsolvable_ratio):
+def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
     """Raise DayValidationError when the unsolvable ratio is above the limit."""
     if health["unsolvable_ratio"] > max_unsolvable_ratio:
         raise DayValidationError(

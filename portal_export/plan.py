@@ -1,9 +1,9 @@
 """Whether a concurrency setting fits a CaptchaAI plan."""
 
 
-def plan_verdict(threads, cap, workers):
+def plan_verdict(threads: int, cap: int, workers: int) -> list[str]:
     """Problems with a cap of `cap` solves and `workers` worker processes on a plan of `threads`."""
-    problems = []
+    problems: list[str] = []
     if cap > threads - 1:
         problems.append(
             f"[resources] captchaai = {cap} leaves no spare thread on a {threads}-thread plan: "

@@ -21,13 +21,22 @@ import os
 import re
 import sys
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypedDict, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from matplotlib import dates as mdates
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+if TYPE_CHECKING:
+    from pandas.api.typing import NAType  # for annotations only: pandas.api.typing is new in pandas 2.1
 
 log = logging.getLogger(__name__)
 
@@ -64,23 +73,44 @@ COLOR_MISSING = "#7f7f7f"
 COLOR_RATIO = "#9467bd"
 COLOR_SOLVES = "#2ca02c"
 COLOR_ROWS = "#17becf"
-LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 9, "frameon": False, "borderaxespad": 0.0}
+
+
+class _LegendStyle(TypedDict):
+    loc: Literal["upper left"]
+    bbox_to_anchor: tuple[float, float]
+    fontsize: float
+    frameon: bool
+    borderaxespad: float
+
+
+class _MarkerStyle(TypedDict, total=False):
+    marker: str
+    ms: float
+
+
+LEGEND: _LegendStyle = {
+    "loc": "upper left",
+    "bbox_to_anchor": (1.01, 1.0),
+    "fontsize": 9,
+    "frameon": False,
+    "borderaxespad": 0.0,
+}
 
 
 class NoHealthFilesError(FileNotFoundError):
     """No readable health file in the data dir: nothing to report on."""
 
 
-def _parse_day(text):
+def _parse_day(text: str) -> datetime.date | None:
     try:
         return datetime.date.fromisoformat(text)
     except ValueError:
         return None
 
 
-def _health_files(data_dir):
+def _health_files(data_dir: Path) -> list[tuple[datetime.date, str, Path]]:
     """(day, "ok" | "failed", path) for every health file name that holds a valid date."""
-    found = []
+    found: list[tuple[datetime.date, str, Path]] = []
     for path in sorted(data_dir.glob("portal_records_*.health.json")):
         m = DAY_FILE.fullmatch(path.name)
         day = _parse_day(m.group(1)) if m else None
@@ -97,7 +127,7 @@ def _health_files(data_dir):
     return found
 
 
-def _read_health(path):
+def _read_health(path: Path) -> dict[str, Any] | None:
     """The health object of one file, or None (with a warning naming the file) when unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -111,7 +141,7 @@ def _read_health(path):
     return health
 
 
-def _numeric(series, integral):
+def _numeric(series: pd.Series, integral: bool) -> pd.Series:
     """Numbers only (anything else -> missing); counts as nullable integers when they are whole."""
     values = pd.to_numeric(series.map(lambda v: None if isinstance(v, bool) else v), errors="coerce")
     values = values.astype("float64")
@@ -122,7 +152,7 @@ def _numeric(series, integral):
     return values
 
 
-def load_health(data_dir):
+def load_health(data_dir: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per calendar day from the first to the last day seen, with its status and numbers.
 
     Raises NoHealthFilesError when the data dir holds no readable health file.
@@ -130,7 +160,8 @@ def load_health(data_dir):
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise NoHealthFilesError(f"no health files: data dir {data_dir} does not exist")
-    by_day = {}  # day -> (status, health); an exported day wins over its failed attempt
+    # day -> (status, health); an exported day wins over its failed attempt
+    by_day: dict[datetime.date, tuple[str, dict[str, Any]]] = {}
     for day, status, path in _health_files(data_dir):
         if day in by_day and by_day[day][0] == "ok":
             continue
@@ -151,7 +182,8 @@ def load_health(data_dir):
     for ts in days:
         status, health = by_day.get(ts.date(), ("missing", {}))
         records.append({"status": status, **{k: health.get(k) for k in COUNT_KEYS + FLOAT_KEYS}})
-    frame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
+    # Annotated: pandas-stubs 3 spell these returns `Self`, which mypy makes Any when it targets Python 3.10.
+    frame: pd.DataFrame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
     frame.insert(0, "day", days)
     for key in COUNT_KEYS:
         frame[key] = _numeric(frame[key], integral=True)
@@ -159,10 +191,11 @@ def load_health(data_dir):
         frame[key] = _numeric(frame[key], integral=False)
     # Rows are consecutive calendar days, so 7 rows are 7 days; days without a p95 are left out.
     frame[ROLLING_COLUMN] = frame["p95_solve_seconds"].rolling(ROLLING_DAYS, min_periods=1).median()
-    return frame[list(COLUMNS)]
+    table: pd.DataFrame = frame[list(COLUMNS)]
+    return table
 
 
-def _atomic_write(path, write):
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Call write(binary file) on a temporary file next to `path`, then move it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
@@ -174,9 +207,10 @@ def _atomic_write(path, write):
         raise
 
 
-def _runs(mask):
+def _runs(mask: Iterable[bool]) -> list[tuple[int, int]]:
     """(start, stop) index pairs of the runs of True in a boolean sequence."""
-    runs, start = [], None
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
     for i, flag in enumerate(list(mask) + [False]):
         if flag and start is None:
             start = i
@@ -186,26 +220,33 @@ def _runs(mask):
     return runs
 
 
-def _floats(series):
-    return series.astype("float64").to_numpy()
+def _floats(series: pd.Series) -> npt.NDArray[np.float64]:
+    return np.asarray(series.astype("float64").to_numpy(), dtype=np.float64)
 
 
-def _bar(ax, x, values, where, **style):
+def _bar(
+    ax: Axes,
+    x: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    where: npt.NDArray[np.bool_],
+    **style: Any,
+) -> None:
     """Bars at the days in `where` that have a value; nothing (and no legend entry) otherwise."""
     keep = where & np.isfinite(values)
     if keep.any():
         ax.bar(x[keep], values[keep], **style)
 
 
-def _legend(ax, handles=None):
+def _legend(ax: Axes, handles: list[Artist] | None = None) -> None:
     handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
     if handles:
         ax.legend(handles=handles, **LEGEND)
 
 
-def plot_health(frame, max_unsolvable_ratio=None):
+def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) -> Figure:
     """The report figure: p95, unsolvable ratio, solves and refused tokens, rows, over the days."""
-    x = np.asarray(mdates.date2num(frame["day"].to_numpy()), dtype=float)
+    # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
+    x = np.asarray(mdates.date2num(frame["day"].to_numpy()), dtype=np.float64)  # type: ignore[no-untyped-call]
     first, last = frame["day"].iloc[0], frame["day"].iloc[-1]
     n_days = len(frame)
     counts = frame["status"].value_counts()
@@ -214,7 +255,8 @@ def plot_health(frame, max_unsolvable_ratio=None):
     bar_style = {"lw": 0} if long_range else {}
 
     fig = Figure(figsize=(11, 10), dpi=100, layout="constrained")
-    axes = fig.subplots(4, 1, sharex=True, height_ratios=[3, 2, 2, 2])
+    # an array of 4 Axes, which the stubs type as Any for nrows > 1: name the type so the calls are checked
+    axes: list[Axes] = list(fig.subplots(4, 1, sharex=True, height_ratios=[3, 2, 2, 2]))
     ax_p95, ax_ratio, ax_solves, ax_rows = axes
 
     # Failed and missing days across every panel.
@@ -239,7 +281,7 @@ def plot_health(frame, max_unsolvable_ratio=None):
     # p95 solve seconds, and its rolling median.
     p95 = _floats(frame["p95_solve_seconds"])
     failed = (frame["status"] == "failed").to_numpy()
-    marker = {"marker": "o", "ms": 4} if n_days <= 120 else {}
+    marker: _MarkerStyle = {"marker": "o", "ms": 4} if n_days <= 120 else {}
     ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
     ax_p95.plot(
         x,
@@ -321,7 +363,8 @@ def plot_health(frame, max_unsolvable_ratio=None):
             ax_solves, x - half / 2, solves, every, width=half, color=COLOR_SOLVES, label="solves (delivered a region)"
         )
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
-    ax_solves.yaxis.get_major_locator().set_params(integer=True)
+    # the y axes are linear, so their locator is an AutoLocator: a MaxNLocator, which takes integer=
+    cast(MaxNLocator, ax_solves.yaxis.get_major_locator()).set_params(integer=True)
     ax_solves.set_ylabel("count")
     _legend(ax_solves)
     ax_solves.set_title("solves and tokens the portal refused", fontsize=10, loc="left")
@@ -340,7 +383,7 @@ def plot_health(frame, max_unsolvable_ratio=None):
         lw=1.2,
         label="rows fetched, not exported\n(failed day)",
     )
-    ax_rows.yaxis.get_major_locator().set_params(integer=True)
+    cast(MaxNLocator, ax_rows.yaxis.get_major_locator()).set_params(integer=True)
     ax_rows.set_ylabel("rows")
     _legend(ax_rows)
     ax_rows.set_title("rows in the day's records", fontsize=10, loc="left")
@@ -358,15 +401,16 @@ def plot_health(frame, max_unsolvable_ratio=None):
                 0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color=COLOR_MISSING, fontsize=11
             )
     ax_rows.set_xlim(x[0] - 0.7, x[-1] + 0.7)
+    # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
     if n_days <= 14:  # ConciseDateFormatter would count hours here
-        ax_rows.xaxis.set_major_locator(mdates.DayLocator())
-        ax_rows.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))
+        ax_rows.xaxis.set_major_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
+        ax_rows.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))  # type: ignore[no-untyped-call]
     else:
-        locator = mdates.AutoDateLocator(minticks=4, maxticks=12)
+        locator = mdates.AutoDateLocator(minticks=4, maxticks=12)  # type: ignore[no-untyped-call]
         ax_rows.xaxis.set_major_locator(locator)
-        ax_rows.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        ax_rows.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     if 14 < n_days <= 92:
-        ax_rows.xaxis.set_minor_locator(mdates.DayLocator())
+        ax_rows.xaxis.set_minor_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
 
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing") if counts.get(s, 0))
     fig.suptitle(
@@ -376,7 +420,11 @@ def plot_health(frame, max_unsolvable_ratio=None):
     return fig
 
 
-def build_report(data_dir, out_dir=None, max_unsolvable_ratio=None):
+def build_report(
+    data_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
+    max_unsolvable_ratio: float | None = None,
+) -> tuple[Path, Path, pd.DataFrame]:
     """Write solve_health.csv and solve_health.png; return (csv_path, png_path, frame).
 
     `out_dir` defaults to `<data_dir>/report`; `max_unsolvable_ratio`, when given, draws the
@@ -399,13 +447,13 @@ def build_report(data_dir, out_dir=None, max_unsolvable_ratio=None):
     return csv_path, png_path, frame
 
 
-def _cell(value, fmt):
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+def _cell(value: "float | NAType | None", fmt: str) -> str:
+    if value is None or isinstance(value, type(pd.NA)) or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return format(round(value) if fmt == "d" else value, fmt)
 
 
-def format_table(frame, days=TABLE_DAYS):
+def format_table(frame: pd.DataFrame, days: int = TABLE_DAYS) -> str:
     """The last `days` rows as a fixed-width text table; '-' where a number is unknown."""
     spec = [
         ("day", None, 10),
@@ -432,11 +480,12 @@ def format_table(frame, days=TABLE_DAYS):
         "rows",
     )
     lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, fmt, width in spec)]
-    for row in frame.tail(days).itertuples(index=False):
-        row = row._asdict()
+    last = frame.tail(days)
+    for row in last.itertuples(index=False, name=None):
+        record = dict(zip(last.columns, row, strict=True))
         cells = []
         for (_name, fmt, width), key in zip(spec, source, strict=True):
-            value = row[key]
+            value = record[key]
             if key == "day":
                 cells.append(f"{value:%Y-%m-%d}")
             elif fmt is None:
@@ -447,7 +496,7 @@ def format_table(frame, days=TABLE_DAYS):
     return "\n".join(lines)
 
 
-def _ratio(text):
+def _ratio(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -457,7 +506,7 @@ def _ratio(text):
     return value
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m portal_export.report",
         description="Write the solve-health report (solve_health.csv and solve_health.png) "
