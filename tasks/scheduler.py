@@ -26,6 +26,9 @@ def luigid_config(path):
     for section in ("resources", "scheduler"):
         cfg[section] = dict(client.items(section)) if client.has_section(section) else {}
     cfg["scheduler"]["record_task_history"] = "true"
+    # luigid sends no e-mail ("DISABLED ... due to excessive failures", batch digests), whatever
+    # /etc/luigi says: a run that leaves work missing sends its one alert itself.
+    cfg["email"] = {"format": "none"}
     cfg["scheduler"]["state_path"] = str(VAR / "luigid" / "state.pickle")
     cfg["task_history"] = {"db_connection": f"sqlite:///{VAR / 'luigid' / 'history.db'}"}
     path.parent.mkdir(parents=True, exist_ok=True)
