@@ -214,7 +214,8 @@ class Luigid:
     """luigid on a free loopback port, configured as `make scheduler` does it; a test can
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
 
-    def __init__(self, home):
+    def __init__(self, home, extra=None):
+        """`extra`: {section: {key: value}} added to its config, as an operator's /etc/luigi might."""
         import configparser
         import subprocess
         import sys
@@ -237,6 +238,11 @@ class Luigid:
         parser.read(cfg)
         parser["scheduler"]["state_path"] = str(self.state_path)
         parser["task_history"]["db_connection"] = f"sqlite:///{self.history_db}"
+        for section, keys in (extra or {}).items():
+            if not parser.has_section(section):
+                parser.add_section(section)
+            for key, value in keys.items():
+                parser[section].setdefault(key, str(value))
         with open(cfg, "w") as f:
             parser.write(f)
         port = free_port()
