@@ -252,8 +252,11 @@ def email_channel():
     if not mail.receiver or mail.format == "none":
         return None
     if mail.method == "smtp":
-        with luigi_smtp_config():
-            smtp = luigi.notifications.smtp()
+        try:
+            with luigi_smtp_config():
+                smtp = luigi.notifications.smtp()
+        except Exception:  # e.g. password = ${SMTP_PASSWORD} unset: sending says what is wrong
+            return f"e-mail to {mail.receiver} (smtp)"
         return f"e-mail to {mail.receiver} (smtp {smtp.host}:{smtp.port or (465 if smtp.ssl else 25)})"
     return f"e-mail to {mail.receiver} ({mail.method})"
 

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 
 MASK = "***"
 # Read from the environment only, never written anywhere: every one is masked wherever text leaves.
-SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL")
+# SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), README "Alerts".
+SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 
 
 def secrets():
