@@ -6,13 +6,14 @@ secret in anything delivered, printed or written.
 
 import datetime
 import re
+import time
 
 import pytest
 
 from sandbox import SANDBOX_KEY
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from .conftest import Luigid, free_port
+from .conftest import CliRun, Luigid, free_port
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 PASSWORD = "pw-Sup3rS3cret-portal"  # set, never used for a login here: it must be scrubbed all the same
@@ -137,11 +138,18 @@ def test_a_p95_above_the_line_sends_one_warning(channels, cli, data_dir):
 
 def test_all_plan_threads_busy_at_the_start_sends_one_warning(channels, cli, live, data_dir):
     smtp, hook, layer = channels
-    layer({"portal": {"regions": "north"}})
-    assert live.occupy_threads(5, 30) == 5  # another consumer holds every thread for 0.3 s
-    run = cli("export", "2026-06-05")
+    layer({"portal": {"regions": "north", "retry_base_s": 0.2}})  # the region waits out the busy threads
+    # Another consumer holds every thread (0.3 s at a time) until the run's plan check has seen them.
+    assert live.occupy_threads(5, 30) == 5
+    proc = cli.start("export", "2026-06-05")
+    while proc.poll() is None and "plan: 5 threads" not in cli.output(proc)[1]:
+        live.occupy_threads(5, 30)
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    run = CliRun(proc.returncode, *cli.output(proc), 0.0)
 
     assert run.code == 0, run
+    assert "warning: plan: all 5 threads are busy now" in run.err
     subject, body = one_message_each(smtp, hook)
     assert subject == "export 2026-06-05: complete, 1 warning"
     assert "all 5 plan threads were busy with other consumers of the key when the run started" in body
@@ -159,6 +167,12 @@ def test_a_validation_failure_sends_one_alert_naming_the_day_and_its_ratio(chann
     assert "make retry-unsolvable DAY=2026-06-07" in body
     assert "Rerun" not in body  # the same facts would fail the same validation
     assert_no_secret(smtp, hook, run, data_dir)
+
+    again = cli("retry-unsolvable", "2026-06-07")  # still unsolvable: the retry's own one alert
+    assert again.code == TASK_FAILED, again
+    assert len(smtp.raw) == len(hook.raw) == 2
+    subject, body = smtp.texts()[1]
+    assert subject == "retry-unsolvable 2026-06-07: missing" and "unsolvable ratio 0.50 (north, south)" in body
 
 
 def day_dir_snapshot(data_dir):
