@@ -10,8 +10,10 @@ run's alert is sent also when stdout is a terminal: a long backfill started in a
 left alone. `[email] format = none` or an empty `[email] receiver` turns e-mail alerts off.
 """
 
+import argparse
 import contextlib
 import dataclasses
+import datetime
 import html
 import json
 import logging
@@ -21,7 +23,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import luigi
 import luigi.configuration
@@ -38,15 +42,15 @@ NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended 
 WEBHOOK_CHANNEL = "webhook (ALERT_WEBHOOK_URL)"  # named by its variable: the URL is a secret
 LUIGI_LOGGER = "luigi-interface"
 
-_active = None  # the RunAlert of this process's run, which the CLI's plan check reports to
+_active: "RunAlert | None" = None  # the RunAlert of this process's run, which the CLI's plan check reports to
 
 
-def say(message):
+def say(message: str) -> None:
     print(scrub(message), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
-def config_set(section, key, value):
+def config_set(section: str, key: str, value: str) -> Iterator[None]:
     """One key of this process's Luigi config, for the duration of the block."""
     cfg = luigi.configuration.get_config()
     old = cfg.get(section, key, None)
@@ -62,7 +66,7 @@ def config_set(section, key, value):
             cfg.set(section, key, old)
 
 
-def luigi_mails_off():
+def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
     """No e-mail from Luigi itself while it runs in this process: not the worker's per-task
     "FAILED" mails (also off by `[worker] send_failure_email = false`), not its "framework error"
     mails (sent whatever that key says), not the local scheduler's "DISABLED ... due to excessive
@@ -72,24 +76,24 @@ def luigi_mails_off():
 
 
 @contextlib.contextmanager
-def luigi_smtp_config():
+def luigi_smtp_config() -> Iterator[None]:
     """Luigi warns about its own None defaults of [smtp] (username, password, ...) at every read."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Parameter .* is not of type string", category=UserWarning)
         yield
 
 
-def note_plan(threads, working):
+def note_plan(threads: int, working: int) -> None:
     """The plan check at the run's start: every thread working means other consumers hold them all."""
     if _active is not None and working >= threads:
         _active.busy_plan = (threads, working)
 
 
-def day_complete(day):
+def day_complete(day: datetime.date) -> bool:
     return Path(targets.day_records_path(day)).exists() and Path(targets.day_health_path(day)).exists()
 
 
-def rerun_command(args):
+def rerun_command(args: argparse.Namespace) -> str:
     """The make command that asks for the same work again."""
     if args.command == "backfill":
         command = f"make backfill START={args.start} STOP={args.stop}"
@@ -100,14 +104,14 @@ def rerun_command(args):
     return command + (f" WORKERS={args.workers}" if args.workers else "")
 
 
-def read_json(path):
+def read_json(path: str | Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def failure_code(path, since):
+def failure_code(path: str, since: float) -> str:
     record = read_failure(path)
     if record is None:
         return NOT_RUN
@@ -115,7 +119,7 @@ def failure_code(path, since):
     return code if record.get("at", 0) >= since else f"{code} (earlier run)"
 
 
-def missing_day(day, regions, since):
+def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> core.MissingDay:
     health = read_json(targets.failed_health_path(day))
     if health is not None and "unsolvable_ratio" in health:
         return core.MissingDay(
@@ -134,7 +138,7 @@ def missing_day(day, regions, since):
     return core.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
-def open_breakers():
+def open_breakers() -> list[str]:
     """The codes of every breaker file: the key's, and any other kind sharing the pattern."""
     codes = []
     for path in sorted(config.state_dir().glob("breaker-*.json")):
@@ -143,7 +147,7 @@ def open_breakers():
     return codes
 
 
-def slow_days(days, limit):
+def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
     slow = {}
     for day in days:
         health = read_json(targets.day_health_path(day)) or {}
@@ -161,45 +165,44 @@ class RunAlert:
         return run.finish(code)
     """
 
-    def __init__(self, args, days):
+    def __init__(self, args: argparse.Namespace, days: Sequence[datetime.date]) -> None:
         self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
-        self.busy_plan = None
+        self.busy_plan: tuple[int, int] | None = None
         self.started = time.time()
         self.todo = [d for d in self.days if not day_complete(d)]
-        self.done = []
+        self.done: list[datetime.date] = []
         self.finished = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="progress", daemon=True)
         self._mails = luigi_mails_off()
 
-    def __enter__(self):
+    def __enter__(self) -> "RunAlert":
         global _active
         _active = self
         self._mails.__enter__()
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if not self.finished:
             if isinstance(exc, Exception):  # e.g. no central scheduler: the night still failed
                 self.finish(2 if isinstance(exc, ValueError) or hasattr(exc, "code") else 1, stopped=str(exc))
             else:
                 self._stop_watching()  # Ctrl-C: the operator is there
-        return False
 
-    def _watch(self):
+    def _watch(self) -> None:
         while not self._stop.wait(PROGRESS_EVERY_S):
             self._progress()
 
-    def _progress(self):
+    def _progress(self) -> None:
         with self._lock:
             for day in self.todo:
                 if day not in self.done and day_complete(day):
                     self.done.append(day)
                     say(core.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
 
-    def _stop_watching(self):
+    def _stop_watching(self) -> None:
         global _active
         if self._stop.is_set():
             return
@@ -209,7 +212,7 @@ class RunAlert:
         self._mails.__exit__(None, None, None)
         _active = None
 
-    def facts(self, code, stopped=None):
+    def facts(self, code: int, stopped: str | None = None) -> core.RunFacts:
         regions = config.regions()
         missing = [missing_day(d, regions, self.started) for d in self.days if not day_complete(d)]
         limit = config.alerts().p95_warn_s
@@ -229,7 +232,7 @@ class RunAlert:
             where=f"host {socket.gethostname()}, data dir {config.data_dir().resolve()}",
         )
 
-    def finish(self, code, stopped=None):
+    def finish(self, code: int, stopped: str | None = None) -> int:
         """Print the summary, send the alert when one is due; the run's exit code (non-zero when a day is missing)."""
         self._stop_watching()
         self.finished = True
@@ -246,7 +249,7 @@ class RunAlert:
 # ------------------------------------------------------------------------------------------------ channels
 
 
-def email_channel():
+def email_channel() -> str | None:
     """A name for the e-mail channel when one is configured, else None."""
     mail = luigi.notifications.email()
     if not mail.receiver or mail.format == "none":
@@ -261,13 +264,13 @@ def email_channel():
     return f"e-mail to {mail.receiver} ({mail.method})"
 
 
-def send_email(subject, body):
+def send_email(subject: str, body: str) -> None:
     """Through Luigi's sender, which logs SMTP errors instead of raising them: those are caught here."""
     mail = luigi.notifications.email()
     message = f"<pre>{html.escape(body)}</pre>" if mail.format == "html" else body
     errors = []
 
-    def catch(record):
+    def catch(record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             errors.append(record.getMessage())
             return False  # said once, as the channel's warning line
@@ -289,13 +292,13 @@ def send_email(subject, body):
         raise core.ChannelError(errors[0])
 
 
-def webhook_url():
+def webhook_url() -> str | None:
     return os.environ.get("ALERT_WEBHOOK_URL", "").strip() or None
 
 
-def channels():
+def channels() -> list[tuple[str, Callable[[str, str], None]]]:
     """[(name, send(subject, body))] for every configured channel."""
-    found = []
+    found: list[tuple[str, Callable[[str, str], None]]] = []
     name = email_channel()
     if name:
         found.append((name, send_email))
@@ -303,14 +306,14 @@ def channels():
     if url:
         timeout = config.alerts().webhook_timeout_s
 
-        def post(subject, body):
+        def post(subject: str, body: str) -> None:
             core.post_webhook(url, scrub(f"{subject}\n\n{body}" if body else subject), timeout)
 
         found.append((WEBHOOK_CHANNEL, post))
     return found
 
 
-def deliver(summary, quiet=False):
+def deliver(summary: core.Summary, quiet: bool = False) -> dict[str, str | None]:
     """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
     subject, body = scrub(summary.subject), scrub(summary.body)
     results = {}
@@ -328,7 +331,7 @@ def deliver(summary, quiet=False):
     return results
 
 
-def alert_test():
+def alert_test() -> int:
     """`make alert-test`: one test message through every configured channel; 0 when all took it."""
     if not channels():
         say("alert-test: no channel configured: set [email] receiver (and [smtp]) or ALERT_WEBHOOK_URL")

@@ -14,7 +14,7 @@ from .secrets import format_failure, scrub
 log = logging.getLogger(__name__)
 
 
-def error_code(err):
+def error_code(err: BaseException) -> str:
     return getattr(err, "code", None) or type(err).__name__
 
 
@@ -47,7 +47,7 @@ class PortalTask(luigi.Task):
     def work(self):
         raise NotImplementedError
 
-    def failure_path(self):
+    def failure_path(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""
         raise NotImplementedError
 
