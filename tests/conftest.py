@@ -19,6 +19,7 @@ def isolated(tmp_path, monkeypatch):
         "LUIGI_CONFIG_PATH",
         "SCHEDULER",
         "LUIGI_SCHEDULER_URL",
+        "ALERT_WEBHOOK_URL",  # a developer's real webhook never hears from the tests
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
