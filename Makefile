@@ -83,6 +83,10 @@ retry-unsolvable: $(VENV)/.installed ## re-attempt a day's unsolvable regions: m
 plan: $(VENV)/.installed ## compare the CaptchaAI plan's threads with the cap and workers
 	$(RUN) plan
 
+.PHONY: alert-test
+alert-test: $(VENV)/.installed ## send a test alert through every configured channel ([email]/[smtp], ALERT_WEBHOOK_URL)
+	$(RUN) alert-test
+
 .PHONY: clear-breaker
 clear-breaker: $(VENV)/.installed ## let requests with the key go out again after a key-level error
 	$(RUN) clear-breaker

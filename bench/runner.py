@@ -128,6 +128,7 @@ def run(case, out_dir):
             "PORTAL_DATA_DIR": str(data_dir),
             "LUIGI_CONFIG_PATH": str(cfg),
             "SCHEDULER": case.scheduler,
+            "ALERT_WEBHOOK_URL": "",  # faulted bench runs alert nobody
         }
         central = None
         if case.scheduler == "central":

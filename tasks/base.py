@@ -1,12 +1,21 @@
 """What RegionExport and DayExport share: one attempt per run, death with their worker, and a
 failure the visualiser shows by its code, never the key."""
 
+import logging
 from contextlib import contextmanager
 
 import luigi
 
+from portal_export.failures import clear_failure, write_failure
+
 from .process import die_with_worker
 from .secrets import format_failure, scrub
+
+log = logging.getLogger(__name__)
+
+
+def error_code(err: BaseException) -> str:
+    return getattr(err, "code", None) or type(err).__name__
 
 
 @contextmanager
@@ -18,7 +27,7 @@ def failure_shown(task):
     try:
         yield
     except Exception as err:
-        task.set_status_message(scrub(f"failed: {getattr(err, 'code', type(err).__name__)}"))
+        task.set_status_message(scrub(f"failed: {error_code(err)}"))
         raise
 
 
@@ -33,9 +42,18 @@ class PortalTask(luigi.Task):
         die_with_worker()  # a killed run must not leave this process solving or writing
         with failure_shown(self):
             self.work()
+        clear_failure(self.failure_path())
 
     def work(self):
         raise NotImplementedError
 
+    def failure_path(self) -> str:
+        """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""
+        raise NotImplementedError
+
     def on_failure(self, exception):
+        try:
+            write_failure(self.failure_path(), error_code(exception), scrub(str(exception))[:300])
+        except OSError as err:  # the failure itself must still reach Luigi
+            log.warning("could not record the failure of %s: %s", self, err)
         return format_failure(exception)

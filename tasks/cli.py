@@ -24,7 +24,7 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import config, scheduler, targets
+from . import alerting, config, scheduler, targets
 from .day import DayExport
 from .region import RegionExport, make_solver
 
@@ -125,6 +125,7 @@ def plan_check(args, strict=False, url=None):
         if strict:
             raise
         return [str(err)]
+    alerting.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
@@ -256,12 +257,11 @@ def run_luigi(args, task_argv, days, redone_at=None):
 def cmd_export(args, redone_at=None):
     day = parse_day("DAY", args.day)
     preflight(args)
-    code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
-    if code == 0:
-        say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
-    else:
-        say(f"export: day {day} did not complete (exit {code}); see the log above")
-    return code
+    with alerting.RunAlert(args, [day]) as run:
+        code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
+        if DayExport(day).complete():
+            say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
+        return run.finish(code)  # non-zero when the day is missing
 
 
 def cmd_backfill(args):
@@ -293,17 +293,8 @@ def cmd_backfill(args):
     ]
     if args.newest_first:
         task_argv.append("--reverse")
-    code = run_luigi(args, task_argv, days)
-    missing = [d for d in days if not DayExport(d).complete()]
-    if missing:
-        failed = [d for d in missing if Path(targets.failed_health_path(d)).exists()]
-        say(
-            f"backfill: {len(missing)} of {len(days)} days missing: {', '.join(map(str, missing))}"
-            + (f" (failed validation: {', '.join(map(str, failed))})" if failed else "")
-        )
-        return code or 1
-    say(f"backfill: all {len(days)} days of [{start}, {stop}) complete in {config.data_dir()}")
-    return code
+    with alerting.RunAlert(args, days) as run:
+        return run.finish(run_luigi(args, task_argv, days))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args):
@@ -331,6 +322,10 @@ def cmd_plan(args):
     _, url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
     problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
+
+
+def cmd_alert_test(args):
+    return alerting.alert_test()
 
 
 def cmd_clear_breaker(args):
@@ -374,6 +369,8 @@ def build_parser():
     p.set_defaults(func=cmd_retry_unsolvable)
     p = sub.add_parser("plan", help="compare the CaptchaAI plan with the cap and workers")
     p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("alert-test", help="send a test message through every configured alert channel")
+    p.set_defaults(func=cmd_alert_test)
     p = sub.add_parser("clear-breaker", help="let requests with the key go out again")
     p.set_defaults(func=cmd_clear_breaker)
     p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")

@@ -53,6 +53,9 @@ class alerts(luigi.Config):
     p95_warn_s = luigi.FloatParameter(
         default=60.0, description="a completed run whose days have a p95 solve time above this sends a warning"
     )
+    webhook_timeout_s = luigi.FloatParameter(
+        default=10.0, description="seconds the alert webhook may take to connect, and to answer"
+    )
 
 
 class ConfigError(ValueError):

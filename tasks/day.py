@@ -28,6 +28,9 @@ class DayExport(PortalTask):
             "health": luigi.LocalTarget(targets.day_health_path(self.date)),
         }
 
+    def failure_path(self) -> str:
+        return targets.day_failure_path(self.date)
+
     def work(self):
         regions = config.regions()
         facts = {}

@@ -64,6 +64,7 @@ def main():
             "PORTAL_BASE_URL": sb.portal_url,
             "PORTAL_DATA_DIR": str(data_dir),
             "LUIGI_CONFIG_PATH": str(root / "demo.cfg"),
+            "ALERT_WEBHOOK_URL": "",  # a demo against the sandbox alerts nobody
         }
         with open(root / "luigi.log", "w") as log:
             code = subprocess.run(

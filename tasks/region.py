@@ -43,6 +43,9 @@ class RegionExport(PortalTask):
     def output(self):
         return luigi.LocalTarget(targets.region_path(self.date, self.region))
 
+    def failure_path(self) -> str:
+        return targets.region_failure_path(self.date, self.region)
+
     def make_solver(self):
         """The CaptchaAI client; tests substitute a fake here."""
         return make_solver()

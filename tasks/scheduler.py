@@ -37,7 +37,11 @@ def answers(url: str) -> bool:
 
 
 def luigid_config(
-    path: Path, home: Path = VAR / "luigid", resources: Mapping[str, int] | None = None, history: bool = True
+    path: Path,
+    home: Path = VAR / "luigid",
+    resources: Mapping[str, int] | None = None,
+    history: bool = True,
+    extra: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Path:
     """luigid's config at `path`, from the client's; its state (and task history) under `home`."""
     client = luigi.configuration.get_config()
@@ -49,6 +53,14 @@ def luigid_config(
     cfg["scheduler"]["state_path"] = str(home / "state.pickle")
     if history:
         cfg["task_history"] = {"db_connection": f"sqlite:///{home / 'history.db'}"}
+    # luigid sends no e-mail ("DISABLED ... due to excessive failures", batch digests), whatever
+    # /etc/luigi says: a run that leaves work missing sends its one alert itself.
+    cfg["email"] = {"format": "none"}
+    for section, keys in (extra or {}).items():  # what an operator's /etc/luigi might add
+        if not cfg.has_section(section):
+            cfg.add_section(section)
+        for key, value in keys.items():
+            cfg[section].setdefault(key, str(value))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         f.write("# Written by `make scheduler` from luigi.cfg (and LUIGI_CONFIG_PATH); edit those instead.\n")
@@ -146,7 +158,13 @@ class ForegroundLuigid:
     """luigid in the foreground on a free loopback port, configured as `make scheduler` configures
     it, its config, state, history and log under `home`: for the tests and the bench."""
 
-    def __init__(self, home: Path, resources: Mapping[str, int] | None = None, history: bool = True) -> None:
+    def __init__(
+        self,
+        home: Path,
+        resources: Mapping[str, int] | None = None,
+        history: bool = True,
+        extra: Mapping[str, Mapping[str, object]] | None = None,
+    ) -> None:
         self.home = Path(home)
         self.home.mkdir(parents=True, exist_ok=True)
         self.state_path, self.history_db, self.log = (
@@ -154,7 +172,7 @@ class ForegroundLuigid:
             self.home / "history.db",
             self.home / "luigid.log",
         )
-        cfg = luigid_config(self.home / "luigid.cfg", self.home, resources, history)
+        cfg = luigid_config(self.home / "luigid.cfg", self.home, resources, history, extra)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         with open(self.log, "w") as log:  # the child keeps its own copy of the descriptor

@@ -9,16 +9,27 @@ library writes into a message or a traceback is scrubbed before it is logged or 
 import logging
 import os
 import traceback
+from urllib.parse import urlsplit
 
 MASK = "***"
 # Read from the environment only, never written anywhere: every one is masked wherever text leaves.
-SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL")
+# SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), README "Alerts".
+SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 
 
 def secrets():
     """The secret values set now, longest first (so a secret containing another is masked whole)."""
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
+    values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
     return sorted((v for v in values if v), key=len, reverse=True)
+
+
+def webhook_credential(url):
+    """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX): HTTP
+    libraries log and raise with the path alone. Too short to be a credential: nothing."""
+    parts = urlsplit(url)
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    return tail if len(tail) >= 8 else ""
 
 
 def scrub(text):

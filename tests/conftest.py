@@ -21,6 +21,7 @@ def isolated(tmp_path, monkeypatch):
         "LUIGI_CONFIG_PATH",
         "SCHEDULER",
         "LUIGI_SCHEDULER_URL",
+        "ALERT_WEBHOOK_URL",  # a developer's real webhook never hears from the tests
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
@@ -208,8 +209,9 @@ class Luigid(ForegroundLuigid):
     """luigid on a free loopback port, configured as `make scheduler` does it; a test can
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
 
-    def __init__(self, home):
-        super().__init__(home)
+    def __init__(self, home, extra=None):
+        """`extra`: {section: {key: value}} added to its config, as an operator's /etc/luigi might."""
+        super().__init__(home, extra=extra)
         self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
 
     def rpc(self, method, **args):

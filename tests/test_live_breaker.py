@@ -62,7 +62,7 @@ def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clea
     assert failed == {(str(d), r) for d in days(start, stop) for r in REGIONS}  # 120 regions, each once
     assert codes == ["ERROR_KEY_DOES_NOT_EXIST"] * 120  # the original code, not a generic "breaker open"
     assert "KeyLevelError: ERROR_KEY_DOES_NOT_EXIST: " in run.err
-    assert "backfill: 30 of 30 days missing" in run.err
+    assert "backfill 2026-07-01..2026-07-30: 30 of 30 days missing" in run.err
     (breaker,) = breaker_files(data_dir)
     assert breaker.name == f"breaker-{fingerprint(UNKNOWN_KEY)}.json" and UNKNOWN_KEY not in breaker.read_text()
     assert json.loads(breaker.read_text())["code"] == "ERROR_KEY_DOES_NOT_EXIST"
@@ -74,7 +74,7 @@ def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clea
 
     done = cli("backfill", start, stop)  # the live fixture's good key
     assert done.code == 0, done
-    assert "backfill: all 30 days of [2026-07-01, 2026-07-31) complete" in done.err
+    assert "backfill 2026-07-01..2026-07-30: all 30 days complete" in done.err
     assert_every_record_once(live, data_dir, days(start, stop))
     assert live.stats()["bad_key_requests"] == stats["bad_key_requests"]
 

@@ -47,7 +47,7 @@ def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_ex
         assert 1 <= len(failed) <= 2 and len(GAVE_UP.findall(runs[0].err)) == len(failed), runs[0]
         runs.append(cli("backfill", START, STOP))
     assert runs[-1].code == 0, runs[-1]
-    assert f"backfill: all 10 days of [{START}, {STOP}) complete" in runs[-1].err
+    assert f"backfill {DAYS[0]}..{DAYS[-1]}: all 10 days complete" in runs[-1].err
 
     for day in DAYS:  # every record exactly once, in region order, byte for byte
         lines = (data_dir / f"portal_records_{day}.jsonl").read_text().splitlines()

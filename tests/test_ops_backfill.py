@@ -57,7 +57,7 @@ def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, c
     run = cli("backfill", start, stop)
 
     assert run.code == 0, run.err[-3000:]
-    assert f"backfill: all 60 days of [{start}, {stop}) complete" in run.err
+    assert f"backfill {days[0]}..{days[-1]}: all 60 days complete" in run.err
     assert exported_days(data_dir) == set(days)  # every day of the range, and none outside it
     for day in days:
         assert all(p.exists() for p in day_files(data_dir, day)), day
@@ -87,7 +87,8 @@ def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun
     assert limited.returncode != 0
     newest, oldest = days[-2:], days[:-2]
     assert exported_days(data_dir) == set(newest)
-    assert f"backfill: 3 of 5 days missing: {', '.join(map(str, oldest))}" in limited.stderr
+    assert f"backfill {days[0]}..{days[-1]}: 3 of 5 days missing" in limited.stderr
+    assert f"- north NOT_RUN (3 days):\n  {', '.join(map(str, oldest))}\n" in limited.stderr
     done = {p: p.stat().st_mtime_ns for day in newest for p in day_files(data_dir, day)}
     assert submits_by_day(live) == {day: 1 for day in newest}
 
@@ -110,8 +111,9 @@ def test_days_that_fail_validation_make_the_backfill_fail_and_are_named(live, fa
 
     assert run.code == 30, run.err[-3000:]  # [retcode] task_failed
     assert "scheduler: local (no central scheduler answers at http://127.0.0.1:9)" in run.err
-    named = f"{start}, {start + datetime.timedelta(days=1)}"
-    assert f"backfill: 2 of 2 days missing: {named} (failed validation: {named})" in run.err
+    second = start + datetime.timedelta(days=1)
+    assert f"backfill {start}..{second}: 2 of 2 days missing" in run.err
+    assert f"- {start}: unsolvable ratio 1.00 (north)\n- {second}: unsolvable ratio 1.00 (north)\n" in run.err
     assert exported_days(data_dir) == set()
 
 

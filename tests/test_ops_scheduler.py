@@ -136,8 +136,8 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luig
     stats = live.stats()
     why = {"codes": codes, "threads": stats["threads"], "first": errs[0][-2500:], "second": errs[1][-2500:]}
     assert codes == [0, 0], why
-    assert "backfill: all 4 days of [2026-09-01, 2026-09-05) complete" in errs[0]
-    assert "backfill: all 4 days of [2026-09-03, 2026-09-07) complete" in errs[1]
+    assert "backfill 2026-09-01..2026-09-04: all 4 days complete" in errs[0]
+    assert "backfill 2026-09-03..2026-09-06: all 4 days complete" in errs[1]
     assert all(f"scheduler: central at {luigid}" in e for e in errs)
     days = [f"2026-09-0{d}" for d in range(1, 7)]
     assert all((data_dir / f"portal_records_{d}.jsonl").exists() for d in days)

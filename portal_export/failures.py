@@ -1,0 +1,45 @@
+"""A task's failure record: the error code of a region (or day) that failed, kept on disk.
+
+Tasks may run in forked processes and under luigid, where the run's own process never sees their
+exceptions: the failing task writes this small file, and whatever summarizes the run reads it.
+The record holds the code and a short detail the caller has already scrubbed; it is removed when
+the task later succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def write_failure(path: str | os.PathLike[str], code: str, detail: str = "") -> None:
+    """Atomically: a reader sees the whole record or none."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"code": code, "detail": detail, "at": time.time()}, f)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_failure(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record, or None when there is none; an unreadable one still says something failed."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
+    return record if isinstance(record, dict) else {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
+
+
+def clear_failure(path: str | os.PathLike[str]) -> None:
+    Path(path).unlink(missing_ok=True)

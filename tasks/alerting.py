@@ -1,0 +1,349 @@
+"""One alert per run that leaves asked-for work missing, and the progress and summary lines of every run.
+
+The facts come from the data dir (day files, failure records, failed.health.json, breaker files),
+so they are the same under the local scheduler and luigid, where tasks run in other processes.
+Luigi's own per-task e-mails stay off while Luigi runs: the run's one summary replaces them.
+
+E-mail goes through Luigi's own sender (`luigi.notifications.send_email`, so `[email] method`,
+`prefix`, `sender` and `[smtp]` apply as Luigi documents them). Unlike Luigi's error e-mails, a
+run's alert is sent also when stdout is a terminal: a long backfill started in a terminal is often
+left alone. `[email] format = none` or an empty `[email] receiver` turns e-mail alerts off.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import html
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import luigi
+import luigi.configuration
+import luigi.notifications
+
+from portal_export import alerts as core
+from portal_export.failures import read_failure
+
+from . import config, targets
+from .secrets import scrub
+
+PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
+NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended before it ran
+WEBHOOK_CHANNEL = "webhook (ALERT_WEBHOOK_URL)"  # named by its variable: the URL is a secret
+LUIGI_LOGGER = "luigi-interface"
+
+_active: "RunAlert | None" = None  # the RunAlert of this process's run, which the CLI's plan check reports to
+
+
+def say(message: str) -> None:
+    print(scrub(message), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def config_set(section: str, key: str, value: str) -> Iterator[None]:
+    """One key of this process's Luigi config, for the duration of the block."""
+    cfg = luigi.configuration.get_config()
+    old = cfg.get(section, key, None)
+    if not cfg.has_section(section):
+        cfg.add_section(section)
+    cfg.set(section, key, value)
+    try:
+        yield
+    finally:
+        if old is None:
+            cfg.remove_option(section, key)
+        else:
+            cfg.set(section, key, old)
+
+
+def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
+    """No e-mail from Luigi itself while it runs in this process: not the worker's per-task
+    "FAILED" mails (also off by `[worker] send_failure_email = false`), not its "framework error"
+    mails (sent whatever that key says), not the local scheduler's "DISABLED ... due to excessive
+    failures" mails. No receiver, rather than `format = none`: Luigi then skips each without a log
+    line. luigid's config turns its own mails off (tasks/scheduler.py)."""
+    return config_set("email", "receiver", "")
+
+
+@contextlib.contextmanager
+def luigi_smtp_config() -> Iterator[None]:
+    """Luigi warns about its own None defaults of [smtp] (username, password, ...) at every read."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Parameter .* is not of type string", category=UserWarning)
+        yield
+
+
+def note_plan(threads: int, working: int) -> None:
+    """The plan check at the run's start: every thread working means other consumers hold them all."""
+    if _active is not None and working >= threads:
+        _active.busy_plan = (threads, working)
+
+
+def day_complete(day: datetime.date) -> bool:
+    return Path(targets.day_records_path(day)).exists() and Path(targets.day_health_path(day)).exists()
+
+
+def rerun_command(args: argparse.Namespace) -> str:
+    """The make command that asks for the same work again."""
+    if args.command == "backfill":
+        command = f"make backfill START={args.start} STOP={args.stop}"
+        command += " NEWEST_FIRST=1" if args.newest_first else ""
+        command += f" TASK_LIMIT={args.task_limit}" if args.task_limit else ""
+    else:
+        command = f"make {args.command} DAY={args.day}"
+    return command + (f" WORKERS={args.workers}" if args.workers else "")
+
+
+def read_json(path: str | Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def failure_code(path: str, since: float) -> str:
+    record = read_failure(path)
+    if record is None:
+        return NOT_RUN
+    code = str(record.get("code") or "UNKNOWN")
+    return code if record.get("at", 0) >= since else f"{code} (earlier run)"
+
+
+def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> core.MissingDay:
+    health = read_json(targets.failed_health_path(day))
+    if health is not None and "unsolvable_ratio" in health:
+        return core.MissingDay(
+            day,
+            unsolvable_ratio=float(health["unsolvable_ratio"]),
+            unsolvable_regions=health.get("unsolvable_regions", ()),
+        )
+    failed = {
+        region: failure_code(targets.region_failure_path(day, region), since)
+        for region in regions
+        if not Path(targets.region_path(day, region)).exists()
+    }
+    day_code = None
+    if not failed and read_failure(targets.day_failure_path(day)) is not None:
+        day_code = failure_code(targets.day_failure_path(day), since)
+    return core.MissingDay(day, failed_regions=failed, day_code=day_code)
+
+
+def open_breakers() -> list[str]:
+    """The codes of every breaker file: the key's, and any other kind sharing the pattern."""
+    codes = []
+    for path in sorted(config.state_dir().glob("breaker-*.json")):
+        state = read_json(path)
+        codes.append(str(state.get("code", "BREAKER_OPEN")) if isinstance(state, dict) else "BREAKER_OPEN")
+    return codes
+
+
+def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
+    slow = {}
+    for day in days:
+        health = read_json(targets.day_health_path(day)) or {}
+        p95 = health.get("p95_solve_seconds")
+        if isinstance(p95, (int, float)) and p95 > limit:
+            slow[day] = float(p95)
+    return slow
+
+
+class RunAlert:
+    """Around one run: progress lines while it goes, then the summary and, if it is due, the alert.
+
+    with RunAlert(args, days) as run:
+        code = run_luigi(...)
+        return run.finish(code)
+    """
+
+    def __init__(self, args: argparse.Namespace, days: Sequence[datetime.date]) -> None:
+        self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
+        self.busy_plan: tuple[int, int] | None = None
+        self.started = time.time()
+        self.todo = [d for d in self.days if not day_complete(d)]
+        self.done: list[datetime.date] = []
+        self.finished = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, name="progress", daemon=True)
+        self._mails = luigi_mails_off()
+
+    def __enter__(self) -> "RunAlert":
+        global _active
+        _active = self
+        self._mails.__enter__()
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if not self.finished:
+            if isinstance(exc, Exception):  # e.g. no central scheduler: the night still failed
+                self.finish(2 if isinstance(exc, ValueError) or hasattr(exc, "code") else 1, stopped=str(exc))
+            else:
+                self._stop_watching()  # Ctrl-C: the operator is there
+
+    def _watch(self) -> None:
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            self._progress()
+
+    def _progress(self) -> None:
+        with self._lock:
+            for day in self.todo:
+                if day not in self.done and day_complete(day):
+                    self.done.append(day)
+                    say(core.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
+
+    def _stop_watching(self) -> None:
+        global _active
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        self._progress()  # every day completed gets its line before the summary
+        self._mails.__exit__(None, None, None)
+        _active = None
+
+    def facts(self, code: int, stopped: str | None = None) -> core.RunFacts:
+        regions = config.regions()
+        missing = [missing_day(d, regions, self.started) for d in self.days if not day_complete(d)]
+        limit = config.alerts().p95_warn_s
+        return core.RunFacts(
+            command=self.command,
+            days=self.days,
+            missing=missing,
+            regions=regions,
+            rerun=self.rerun,
+            exit_code=code,
+            max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
+            breaker_codes=open_breakers() if missing else (),
+            busy_plan=self.busy_plan,
+            slow_days=slow_days([d for d in self.todo if day_complete(d)], limit),
+            p95_warn_s=limit,
+            stopped=stopped,
+            where=f"host {socket.gethostname()}, data dir {config.data_dir().resolve()}",
+        )
+
+    def finish(self, code: int, stopped: str | None = None) -> int:
+        """Print the summary, send the alert when one is due; the run's exit code (non-zero when a day is missing)."""
+        self._stop_watching()
+        self.finished = True
+        facts = self.facts(code, stopped)
+        if facts.missing and not code:
+            facts = dataclasses.replace(facts, exit_code=1)
+        summary = core.summarize(facts)
+        say(summary.text)
+        if summary.to_send:
+            deliver(summary)
+        return facts.exit_code
+
+
+# ------------------------------------------------------------------------------------------------ channels
+
+
+def email_channel() -> str | None:
+    """A name for the e-mail channel when one is configured, else None."""
+    mail = luigi.notifications.email()
+    if not mail.receiver or mail.format == "none":
+        return None
+    if mail.method == "smtp":
+        try:
+            with luigi_smtp_config():
+                smtp = luigi.notifications.smtp()
+        except Exception:  # e.g. password = ${SMTP_PASSWORD} unset: sending says what is wrong
+            return f"e-mail to {mail.receiver} (smtp)"
+        return f"e-mail to {mail.receiver} (smtp {smtp.host}:{smtp.port or (465 if smtp.ssl else 25)})"
+    return f"e-mail to {mail.receiver} ({mail.method})"
+
+
+def send_email(subject: str, body: str) -> None:
+    """Through Luigi's sender, which logs SMTP errors instead of raising them: those are caught here."""
+    mail = luigi.notifications.email()
+    message = f"<pre>{html.escape(body)}</pre>" if mail.format == "html" else body
+    errors = []
+
+    def catch(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            errors.append(record.getMessage())
+            return False  # said once, as the channel's warning line
+        return True
+
+    logger = logging.getLogger(LUIGI_LOGGER)
+    logger.addFilter(catch)
+    try:
+        with (
+            config_set("email", "force_send", "true"),
+            luigi_smtp_config(),
+        ):  # also from a terminal: see the module's doc
+            luigi.notifications.send_email(subject, message, mail.sender, [mail.receiver])
+    except Exception as err:
+        raise core.ChannelError(f"{type(err).__name__}: {err}") from None
+    finally:
+        logger.removeFilter(catch)
+    if errors:
+        raise core.ChannelError(errors[0])
+
+
+def webhook_url() -> str | None:
+    return os.environ.get("ALERT_WEBHOOK_URL", "").strip() or None
+
+
+def channels() -> list[tuple[str, Callable[[str, str], None]]]:
+    """[(name, send(subject, body))] for every configured channel."""
+    found: list[tuple[str, Callable[[str, str], None]]] = []
+    name = email_channel()
+    if name:
+        found.append((name, send_email))
+    url = webhook_url()
+    if url:
+        timeout = config.alerts().webhook_timeout_s
+
+        def post(subject: str, body: str) -> None:
+            core.post_webhook(url, scrub(f"{subject}\n\n{body}" if body else subject), timeout)
+
+        found.append((WEBHOOK_CHANNEL, post))
+    return found
+
+
+def deliver(summary: core.Summary, quiet: bool = False) -> dict[str, str | None]:
+    """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
+    subject, body = scrub(summary.subject), scrub(summary.body)
+    results = {}
+    for name, send in channels():
+        try:
+            send(subject, body)
+        except core.ChannelError as err:
+            results[name] = scrub(str(err))
+            if not quiet:
+                say(f"warning: alert not delivered by {name}: {results[name]}")
+        else:
+            results[name] = None
+            if not quiet:
+                say(f"alert sent by {name}")
+    return results
+
+
+def alert_test() -> int:
+    """`make alert-test`: one test message through every configured channel; 0 when all took it."""
+    if not channels():
+        say("alert-test: no channel configured: set [email] receiver (and [smtp]) or ALERT_WEBHOOK_URL")
+        return 2
+    host = socket.gethostname()
+    summary = core.Summary(
+        f"portal-export alert test from {host}",
+        "A test message from `make alert-test`: a run that leaves days missing alerts here.\n\n"
+        f"host {host}, data dir {config.data_dir().resolve()}",
+        "warning",
+    )
+    results = deliver(summary, quiet=True)
+    for name, error in results.items():
+        say(f"alert-test: {name}: " + ("ok" if error is None else f"FAILED: {error}"))
+    return 0 if all(error is None for error in results.values()) else 1
