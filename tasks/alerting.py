@@ -316,7 +316,7 @@ def channels() -> list[tuple[str, Callable[[str, str], None]]]:
 def deliver(summary: core.Summary, quiet: bool = False) -> dict[str, str | None]:
     """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
     subject, body = scrub(summary.subject), scrub(summary.body)
-    results = {}
+    results: dict[str, str | None] = {}
     for name, send in channels():
         try:
             send(subject, body)

@@ -2,6 +2,7 @@
 failure the visualiser shows by its code, never the key."""
 
 import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import luigi
@@ -19,7 +20,7 @@ def error_code(err: BaseException) -> str:
 
 
 @contextmanager
-def failure_shown(task):
+def failure_shown(task: "PortalTask") -> Iterator[None]:
     """On failure, replace the task's last progress message with the error's code.
 
     Inside run(): Luigi unhooks set_status_message before it calls on_failure.
@@ -37,21 +38,24 @@ class PortalTask(luigi.Task):
     # keep-alive worker moves on instead of re-running it every retry_delay. The CLI re-enables
     # the disabled tasks of its days on the next run.
     retry_count = 1
+    # Luigi's Task.__init__ sets these to None; its worker puts the scheduler's callbacks there before run().
+    set_status_message: Callable[[str], None]
+    set_progress_percentage: Callable[[int], None]
 
-    def run(self):
+    def run(self) -> None:
         die_with_worker()  # a killed run must not leave this process solving or writing
         with failure_shown(self):
             self.work()
         clear_failure(self.failure_path())
 
-    def work(self):
+    def work(self) -> None:
         raise NotImplementedError
 
     def failure_path(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""
         raise NotImplementedError
 
-    def on_failure(self, exception):
+    def on_failure(self, exception: BaseException) -> str:
         try:
             write_failure(self.failure_path(), error_code(exception), scrub(str(exception))[:300])
         except OSError as err:  # the failure itself must still reach Luigi

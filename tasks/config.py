@@ -62,31 +62,31 @@ class ConfigError(ValueError):
     """A setting that cannot work; said in one line before any request leaves."""
 
 
-def api_key():
+def api_key() -> str:
     key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
     if not key:
         raise ConfigError("CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key")
     return key
 
 
-def api_base():
+def api_base() -> str:
     return os.environ.get("CAPTCHAAI_API_BASE") or captchaai().api_base
 
 
-def portal_base_url():
+def portal_base_url() -> str:
     return os.environ.get("PORTAL_BASE_URL") or portal().base_url
 
 
-def data_dir():
+def data_dir() -> Path:
     return Path(os.environ.get("PORTAL_DATA_DIR") or portal().data_dir)
 
 
-def state_dir():
+def state_dir() -> Path:
     """The key breaker lives here: every run exporting into the same data dir shares it."""
     return data_dir() / "_state"
 
 
-def regions():
+def regions() -> list[str]:
     names = [r.strip() for r in portal().regions.split(",") if r.strip()]
     unknown = [r for r in names if r not in KNOWN_REGIONS]
     if unknown or not names or len(set(names)) != len(names):

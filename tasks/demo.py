@@ -27,8 +27,9 @@ retry_jitter_s = 1
 """
 
 
-def summarize(data_dir):
-    lines, totals = [], {"rows": 0, "solves": 0, "unsolvable": 0}
+def summarize(data_dir: Path) -> tuple[list[str], dict[str, int]]:
+    lines: list[str] = []
+    totals = {"rows": 0, "solves": 0, "unsolvable": 0}
     for path in sorted(data_dir.glob("portal_records_*.health.json")):
         h = json.loads(path.read_text())
         for k in totals:
@@ -41,7 +42,7 @@ def summarize(data_dir):
     return lines, totals
 
 
-def main():
+def main() -> int:
     root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / "demo"
     data_dir = root / "data"
     shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,7 @@ _PR_SET_PDEATHSIG = 1
 WORKER_PID = os.getpid()  # the module is imported by the worker before it forks any task
 
 
-def die_with_worker():
+def die_with_worker() -> None:
     if os.getpid() == WORKER_PID or not sys.platform.startswith("linux"):
         return  # workers=1 runs tasks in the worker itself
     libc = ctypes.CDLL(None, use_errno=True)

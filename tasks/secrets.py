@@ -9,6 +9,7 @@ library writes into a message or a traceback is scrubbed before it is logged or 
 import logging
 import os
 import traceback
+from typing import Any
 from urllib.parse import urlsplit
 
 MASK = "***"
@@ -17,14 +18,14 @@ MASK = "***"
 SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 
 
-def secrets():
+def secrets() -> list[str]:
     """The secret values set now, longest first (so a secret containing another is masked whole)."""
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
     values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
     return sorted((v for v in values if v), key=len, reverse=True)
 
 
-def webhook_credential(url):
+def webhook_credential(url: str) -> str:
     """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX): HTTP
     libraries log and raise with the path alone. Too short to be a credential: nothing."""
     parts = urlsplit(url)
@@ -32,7 +33,7 @@ def webhook_credential(url):
     return tail if len(tail) >= 8 else ""
 
 
-def scrub(text):
+def scrub(text: str) -> str:
     if not text:
         return text
     for value in secrets():
@@ -40,7 +41,7 @@ def scrub(text):
     return text
 
 
-def format_failure(exception):
+def format_failure(exception: BaseException) -> str:
     """The failure text for Luigi: the error's code first (it is what the visualiser shows), then the traceback."""
     trace = "".join(traceback.format_exception(exception))
     return scrub(f"{exception}\n\n{trace}")
@@ -49,7 +50,7 @@ def format_failure(exception):
 _factory = logging.getLogRecordFactory()
 
 
-def _scrubbing_factory(*args, **kwargs):
+def _scrubbing_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
     record = _factory(*args, **kwargs)
     message = record.getMessage()
     if scrub(message) != message:
@@ -60,7 +61,7 @@ def _scrubbing_factory(*args, **kwargs):
     return record
 
 
-def install_log_scrubber():
+def install_log_scrubber() -> None:
     """Scrub every log record of the process, whoever logs it and whichever handler writes it."""
     if logging.getLogRecordFactory() is not _scrubbing_factory:
         logging.setLogRecordFactory(_scrubbing_factory)

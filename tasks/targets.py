@@ -5,19 +5,19 @@ import datetime
 from . import config
 
 
-def region_path(date, region):
+def region_path(date: datetime.date, region: str) -> str:
     return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / f"{region}.json")
 
 
-def day_records_path(date):
+def day_records_path(date: datetime.date) -> str:
     return str(config.data_dir() / f"portal_records_{date:%Y-%m-%d}.jsonl")
 
 
-def day_health_path(date):
+def day_health_path(date: datetime.date) -> str:
     return str(config.data_dir() / f"portal_records_{date:%Y-%m-%d}.health.json")
 
 
-def failed_health_path(date):
+def failed_health_path(date: datetime.date) -> str:
     """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
     return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / "failed.health.json")
 
