@@ -25,8 +25,9 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import config, scheduler, targets
+from . import config, probe, scheduler, targets
 from .day import DayExport
+from .login import check_login
 from .region import RegionExport, make_solver
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -104,6 +105,7 @@ def preflight(args):
     config.api_key()
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
+    check_login(config.captchaai().http_timeout_s, say)
 
 
 def luigid_cap(url):
@@ -384,6 +386,7 @@ def build_parser():
     p.set_defaults(func=cmd_clear_breaker)
     p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
     p.set_defaults(func=cmd_report)
+    probe.add_parser(sub, parse_day)
     p = sub.add_parser("scheduler", help="start luigid in the background, bound to loopback")
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")

@@ -8,10 +8,10 @@ import luigi
 from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import CaptchaAI
 from portal_export.export import export_region
-from portal_export.portal import KNOWN_REGIONS
 
 from . import config, targets
 from .base import PortalTask
+from .login import portal_login
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +36,13 @@ class RegionExport(PortalTask):
     """Exports one region; its target holds the records and the solve facts, also when unsolvable."""
 
     date = luigi.DateParameter()
-    region = luigi.ChoiceParameter(choices=KNOWN_REGIONS)
+    region = luigi.Parameter()  # any name [portal] regions accepts (config.REGION_NAME)
 
     resources = {"captchaai": 1}
 
     def output(self):
-        return luigi.LocalTarget(targets.region_path(self.date, self.region))
+        # the name becomes a file name: refused here too, for a task built outside the config
+        return luigi.LocalTarget(targets.region_path(self.date, config.check_region(self.region)))
 
     def make_solver(self):
         """The CaptchaAI client; tests substitute a fake here."""
@@ -70,6 +71,7 @@ class RegionExport(PortalTask):
             retry_base_s=p.retry_base_s,
             retry_jitter_s=p.retry_jitter_s,
             http_timeout_s=config.captchaai().http_timeout_s,
+            login=portal_login(),
             on_attempt=on_attempt,
             on_poll=on_poll,
         )
