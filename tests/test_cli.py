@@ -52,7 +52,9 @@ def test_missing_key_is_refused_before_any_request(capsys, no_network):
 
 
 @pytest.mark.parametrize("bad", ["../etc", "mid dle", "süd", "a/b", "x.y"])
-def test_a_region_name_beyond_letters_digits_dash_underscore_is_refused(bad, monkeypatch, luigi_cfg, capsys, no_network):
+def test_a_region_name_beyond_letters_digits_dash_underscore_is_refused(
+    bad, monkeypatch, luigi_cfg, capsys, no_network
+):
     monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
     luigi_cfg("portal", "regions", f"north,{bad}")
     assert main(["export", "2026-09-01"]) == 2
