@@ -88,7 +88,8 @@ def expected_records(day, region: str, records_per_region: tuple = (3, 12)) -> l
 
 
 CSV_HEADER = ("record_id", "day", "region", "partner", "units", "amount", "note", "comment")
-_COMMENTS = ('said "fine", then left', "line one\nline two", "", "NA", "a, b; c", "€ 5 für Größe")
+# the first three alone (the fewest records a region has) hold every trap
+_COMMENTS = ('said "fine",\nthen left — ok', "", "NA", "a, b; c", "€ 5 für Größe", "line one\r\nline two")
 
 
 def expected_csv_records(day, region: str, records_per_region: tuple = (3, 12)) -> list[dict]:
