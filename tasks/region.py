@@ -32,17 +32,25 @@ def make_solver():
     )
 
 
+class RegionParameter(luigi.Parameter):
+    """Any name [portal] regions accepts (letters, digits, - and _): it names a file and a URL parameter."""
+
+    def normalize(self, x):
+        if not isinstance(x, str) or not config.REGION_NAME.fullmatch(x):
+            raise ValueError(f"region {x!r}: use letters, digits, - and _ only")
+        return x
+
+
 class RegionExport(PortalTask):
     """Exports one region; its target holds the records and the solve facts, also when unsolvable."""
 
     date = luigi.DateParameter()
-    region = luigi.Parameter()  # any name [portal] regions accepts (config.REGION_NAME)
+    region = RegionParameter()
 
     resources = {"captchaai": 1}
 
     def output(self):
-        # the name becomes a file name: refused here too, for a task built outside the config
-        return luigi.LocalTarget(targets.region_path(self.date, config.check_region(self.region)))
+        return luigi.LocalTarget(targets.region_path(self.date, self.region))
 
     def make_solver(self):
         """The CaptchaAI client; tests substitute a fake here."""
