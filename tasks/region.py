@@ -35,7 +35,7 @@ def make_solver():
 class RegionParameter(luigi.Parameter):
     """Any name [portal] regions accepts (letters, digits, - and _): it names a file and a URL parameter."""
 
-    def normalize(self, x):
+    def normalize(self, x: object) -> str:
         if not isinstance(x, str) or not config.REGION_NAME.fullmatch(x):
             raise ValueError(f"region {x!r}: use letters, digits, - and _ only")
         return x
