@@ -79,7 +79,8 @@ def cmd_probe(args: argparse.Namespace, parse_day: Callable[[str, str], datetime
         frames = f" nor in its {len(ready.page.frames)} frame(s) of the portal" if ready.page.frames else ""
         print(
             f"error: no reCAPTCHA widget (data-sitekey, anchor iframe or grecaptcha.render) on {ready.page.url}"
-            f"{frames}; page title {ready.page.title or 'untitled'!r}",
+            f"{frames}; page title {ready.page.title or 'untitled'!r}"
+            + ("; it is a login form: set PORTAL_USERNAME and PORTAL_PASSWORD" if ready.page.login_form else ""),
             file=sys.stderr,
         )
         return NO_WIDGET

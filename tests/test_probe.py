@@ -73,6 +73,7 @@ def test_probe_without_a_widget_exits_non_zero_with_the_reason(live, capsys):
     code, out, err = probe(capsys, "--region", "north")
     assert code != 0
     assert err.startswith("error: no reCAPTCHA widget") and "'Sign in · Partner portal'" in err
+    assert err.rstrip().endswith("it is a login form: set PORTAL_USERNAME and PORTAL_PASSWORD")
     assert f"page:         {live.portal_url}/login?next=" in out
     assert live.stats()["requests"].get("in.php", 0) == 0
 

@@ -220,7 +220,7 @@ class _Parser(HTMLParser):
             chosen = chosen[-1:] or [v for v, _ in self._options[:1]]
         if form is not None:
             form.fields.extend((name, v, "select") for v in chosen)
-        self._select = None
+        self._select, self._in, self._text = None, None, []
 
 
 def _render_widget(parser: _Parser) -> None:
