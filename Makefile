@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 DAY ?=
+# make probe: the region to look at; empty: the first of [portal] regions
+REGION ?=
 START ?=
 STOP ?=
 # Luigi workers for this run; empty: [core] workers from luigi.cfg
@@ -78,6 +80,10 @@ backfill: $(VENV)/.installed ## every missing day in [START, STOP): make backfil
 .PHONY: retry-unsolvable
 retry-unsolvable: $(VENV)/.installed ## re-attempt a day's unsolvable regions: make retry-unsolvable DAY=...
 	$(RUN) retry-unsolvable "$(DAY)"
+
+.PHONY: probe
+probe: $(VENV)/.installed ## print what an export would solve and post, solving nothing: make probe DAY=... [REGION=...]
+	$(RUN) probe "$(DAY)" $(if $(REGION),--region "$(REGION)")
 
 .PHONY: plan
 plan: $(VENV)/.installed ## compare the CaptchaAI plan's threads with the cap and workers

@@ -20,9 +20,13 @@ def fingerprint(api_key: str) -> str:
 
 
 class KeyBreaker:
-    def __init__(self, state_dir: str | os.PathLike[str], api_key: str) -> None:
+    """`api_key` names what is refused: the key, or a login (its URL, user and password together);
+    `advice` is what the operator fixes before clearing it."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], api_key: str, advice: str = "fix the key or plan") -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / f"breaker-{fingerprint(api_key)}.json"
+        self.advice = advice
 
     def check(self) -> None:
         """Raise the code that tripped the breaker, if it has."""
@@ -34,7 +38,7 @@ class KeyBreaker:
             state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
         raise KeyLevelError(
             state.get("code", "BREAKER_OPEN"),
-            f"{state.get('detail', '')} (breaker open: fix the key or plan, then `make clear-breaker`)",
+            f"{state.get('detail', '')} (breaker open: {self.advice}, then `make clear-breaker`)",
         )
 
     def trip(self, code: str, detail: str = "") -> None:

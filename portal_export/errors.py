@@ -56,3 +56,13 @@ def classify(code: str, detail: str = "") -> ExportError:
         return PermanentError(code, detail)
     # HTML pages (HTTP_<status>) and anything unrecognizable: the service may be mid-deploy
     return TransientError(code, detail)
+
+
+class LoginRefused(KeyLevelError):
+    """The portal showed its login form again after the login post: wrong username or password.
+
+    Key-level in kind: it concerns every task of every run that shares the login, so it trips a
+    breaker of its own and no captcha is solved for a session that cannot post.
+    """
+
+    CODE = "PORTAL_LOGIN_REFUSED"

@@ -6,15 +6,21 @@ so regions that failed together do not come back together. An unsolvable task ge
 resubmission; a second one gives the region up as unsolvable, for the day's validation to judge.
 """
 
+from __future__ import annotations
+
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import tenacity
 
 from .errors import TokenRefused, TransientError, UnsolvableError
-from .portal import export_once
+from .portal import Login, export_once
+from .portal.answers import Record
+from .portal.session import Solver
 
 log = logging.getLogger(__name__)
 
@@ -24,47 +30,52 @@ class RegionOutcome:
     day: str
     region: str
     status: str = "ok"  # or "unsolvable"
-    records: list = field(default_factory=list)
-    task_ids: list = field(default_factory=list)  # every CaptchaAI task submitted, in order
+    records: list[Record] = field(default_factory=list)
+    task_ids: list[str] = field(default_factory=list)  # every CaptchaAI task submitted, in order
     solve_seconds: float | None = None  # of the delivering solve
     attempts: int = 0  # fresh pages loaded
     refused_tokens: int = 0
-    transient_errors: list = field(default_factory=list)  # codes, in order
+    transient_errors: list[str] = field(default_factory=list)  # codes, in order
     idle_slot_seconds: float = 0.0  # backoff waits, during which the task keeps its captchaai slot
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rows": len(self.records)}
 
 
-def backoff(base_s, jitter_s, rng=random):
+def backoff(base_s: float, jitter_s: float, rng: Any = random) -> Callable[[tenacity.RetryCallState], float]:
     """tenacity wait: base x (2^n - 1) +- jitter before attempt n + 1."""
 
-    def wait(retry_state):
-        return max(0.0, base_s * (2**retry_state.attempt_number - 1) + rng.uniform(-jitter_s, jitter_s))
+    def wait(retry_state: tenacity.RetryCallState) -> float:
+        jitter: float = rng.uniform(-jitter_s, jitter_s)
+        return max(0.0, base_s * float(2**retry_state.attempt_number - 1) + jitter)
 
     return wait
 
 
 def export_region(
-    day,
-    region,
-    base_url,
-    solver,
+    day: object,
+    region: str,
+    base_url: str,
+    solver: Solver,
     *,
-    attempts=4,
-    retry_base_s=10.0,
-    retry_jitter_s=10.0,
-    http_timeout_s=30.0,
-    rng=random,
-    sleep=time.sleep,
-    on_attempt=None,
-    on_poll=None,
-):
-    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises."""
+    attempts: int = 4,
+    retry_base_s: float = 10.0,
+    retry_jitter_s: float = 10.0,
+    http_timeout_s: float = 30.0,
+    login: Login | None = None,
+    rng: Any = random,
+    sleep: Callable[[float], None] = time.sleep,
+    on_attempt: Callable[[int], object] | None = None,
+    on_poll: Callable[[str, int, float], object] | None = None,
+) -> RegionOutcome:
+    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises.
+
+    A login refused is permanent like every other error that is no TransientError.
+    """
     out = RegionOutcome(str(day), region)
     unsolvable = 0
 
-    def attempt():
+    def attempt() -> RegionOutcome:
         nonlocal unsolvable
         while True:
             out.attempts += 1
@@ -77,6 +88,7 @@ def export_region(
                     base_url,
                     solver,
                     http_timeout_s=http_timeout_s,
+                    login=login,
                     on_task=out.task_ids.append,
                     on_poll=on_poll,
                 )
@@ -100,12 +112,12 @@ def export_region(
             out.records, out.solve_seconds = delivery.records, delivery.solve_seconds
             return out
 
-    def before_sleep(state):
+    def before_sleep(state: tenacity.RetryCallState) -> None:
         log.warning(
             "day %s region %s: %s (attempt %d of %d); retrying in %.1f s",
             out.day,
             region,
-            state.outcome.exception(),
+            state.outcome.exception() if state.outcome else "?",
             state.attempt_number,
             attempts,
             state.upcoming_sleep,

@@ -14,8 +14,8 @@ Protocol choices where the real service leaves room:
   (start, or configure(faults=...)).
 """
 
-from .config import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, SandboxConfig
-from .portal_data import REGIONS, expected_records, sitekey_for
+from .config import NO_PLAN_KEY, SANDBOX_KEY, SANDBOX_PASSWORD, SANDBOX_USER, VARIANTS, FaultPlan, SandboxConfig
+from .portal_data import REGIONS, expected_csv_records, expected_records, sitekey_for
 from .sandbox import Sandbox
 
 __all__ = [
@@ -24,7 +24,11 @@ __all__ = [
     "FaultPlan",
     "SANDBOX_KEY",
     "NO_PLAN_KEY",
+    "SANDBOX_USER",
+    "SANDBOX_PASSWORD",
+    "VARIANTS",
     "REGIONS",
+    "expected_csv_records",
     "sitekey_for",
     "expected_records",
 ]

@@ -96,7 +96,15 @@ class CaptchaAIApp:
             return False, "ERROR_PAGEURL"
         if region_of_sitekey(googlekey) is None:  # not a key the portal ever showed
             return False, "ERROR_WRONG_GOOGLEKEY"
-        return self.state.submit(key, googlekey, pageurl)
+        # reCAPTCHA v2 kinds, as CaptchaAI takes them: the portal refuses a token solved for another kind
+        return self.state.submit(
+            key,
+            googlekey,
+            pageurl,
+            invisible=params.get("invisible") == "1",
+            enterprise=params.get("enterprise") == "1",
+            data_s=params.get("data-s"),
+        )
 
     def _res(self, key: str, action, task_id: str) -> tuple[bool, str]:
         if not action:

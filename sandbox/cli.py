@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from .config import CAPTCHAAI_KINDS, ENDPOINTS, SANDBOX_KEY, FaultPlan, SandboxConfig
+from .config import CAPTCHAAI_KINDS, ENDPOINTS, SANDBOX_KEY, VARIANTS, FaultPlan, SandboxConfig
 from .portal_data import REGIONS, sitekey_for
 from .sandbox import Sandbox
 
@@ -46,6 +46,17 @@ def _fault(text: str) -> tuple[str, float, tuple]:
     return parts[0], rate, kinds
 
 
+def _variant(text: str) -> tuple[str, frozenset]:
+    """REGION:variant,variant (REGION * for every region) -> (region, variants)."""
+    region, _, names = text.partition(":")
+    chosen = frozenset(n for n in names.split(",") if n)
+    if not region or not chosen or chosen - set(VARIANTS):
+        raise argparse.ArgumentTypeError(
+            f"expected REGION:variant[,variant...] with variants among {VARIANTS}; got {text!r}"
+        )
+    return region, chosen
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
     p.add_argument("--seed", type=int, default=1)
@@ -64,6 +75,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--token-validity-s", type=float, default=120.0)
     p.add_argument("--ban-after", type=int, default=10)
     p.add_argument("--ban-s", type=float, default=300.0)
+    p.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="REGION:NAME[,NAME]",
+        help=f"serve REGION (* for every one) as a real portal would; names: {', '.join(VARIANTS)}",
+    )
+    p.add_argument(
+        "--maintenance-pages", type=int, default=2, help="HTML 200 pages before records (variant maintenance)"
+    )
     p.add_argument("--captchaai-port", type=int, default=0)
     p.add_argument("--portal-port", type=int, default=0)
     p.add_argument("--ready-file", help="also write the JSON line here (atomically)")
@@ -82,6 +104,8 @@ def config_from_args(args: argparse.Namespace) -> SandboxConfig:
         token_validity_s=args.token_validity_s,
         ban_after=args.ban_after,
         ban_s=args.ban_s,
+        variants={r: v for r, v in args.variant},
+        maintenance_pages=args.maintenance_pages,
         captchaai_port=args.captchaai_port,
         portal_port=args.portal_port,
     )

@@ -12,6 +12,26 @@ CAPTCHAAI_KINDS = ("html500", "html502", "plaintext", "server_error", "internal_
 PORTAL_KINDS = ("html500", "html502", "reset", "slow")
 SOLVE_MODELS = ("fixed", "uniform", "lognormal")
 HOST = "127.0.0.1"  # loopback only, never another interface
+SANDBOX_USER = "export-bot@partner.example"
+SANDBOX_PASSWORD = "s3cret-Pässwörd-0815"
+
+# What real portals do differently, per region (SandboxConfig.variants); see portal_pages.py.
+VARIANTS = (
+    "csrf",  # a hidden CSRF token bound to the session
+    "action",  # the form posts to /reports/run with view state (hidden, select, textarea, checkbox) to send back
+    "get",  # the form's method is GET (to /export/run)
+    "invisible",  # data-size="invisible": the task must say invisible=1
+    "enterprise",  # the page loads recaptcha/enterprise.js: the task must say enterprise=1
+    "data-s",  # a data-s attribute per page: the task must carry it
+    "anchor",  # no data-sitekey: only reCAPTCHA's anchor iframe with k=
+    "render",  # no data-sitekey: grecaptcha.render(...) in an inline script
+    "frame",  # the export page frames the form (/export/form), beside a third-party frame
+    "csv",  # the answer is text/csv
+    "csv-attachment",  # the answer is an octet-stream attachment named *.csv
+    "list",  # the answer is a bare JSON list
+    "maintenance",  # the first maintenance_pages posts answer a 200 HTML maintenance page
+    "login",  # the export page needs a logged-in session (else: redirect to /login)
+)
 
 
 @dataclass(frozen=True)
@@ -60,10 +80,20 @@ class SandboxConfig:
     balance: float = 12.345
     captchaai_port: int = 0
     portal_port: int = 0
+    variants: dict = field(default_factory=dict)  # region (or "*" for every one) -> variant names
+    maintenance_pages: int = 2  # per (day, region), with the "maintenance" variant
+    users: dict = field(default_factory=lambda: {SANDBOX_USER: SANDBOX_PASSWORD})
+
+    def variants_of(self, region: str) -> frozenset:
+        return frozenset(self.variants.get("*", ())) | frozenset(self.variants.get(region, ()))
 
     def __post_init__(self):
         for name in ("unsolvable_sitekeys", "valid_keys", "no_plan_keys"):
             object.__setattr__(self, name, frozenset(getattr(self, name)))
+        object.__setattr__(self, "variants", {r: frozenset(v) for r, v in self.variants.items()})
+        unknown_variants = set().union(*self.variants.values()) - set(VARIANTS) if self.variants else set()
+        if unknown_variants:
+            raise ValueError(f"unknown variant(s) {sorted(unknown_variants)}; variants are {VARIANTS}")
         if self.solve not in SOLVE_MODELS:
             raise ValueError(f"solve must be one of {SOLVE_MODELS}, got {self.solve!r}")
         if self.time_scale <= 0:

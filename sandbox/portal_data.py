@@ -6,25 +6,41 @@ test or the demo can compute the expected export without access to the config.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import hashlib
+import io
 import random
+import re
 
-REGIONS = ("north", "south", "east", "west")
+REGIONS = ("north", "south", "east", "west")  # the default regions; any name REGION_NAME allows is served
+REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_SITEKEY_HEAD = "6Lsandbox-"
 _CHANNELS = ("web", "partner-api", "retail", "phone")
 _PARTNERS = ("Acme GmbH", "Zürich Ltd", "O'Brien & Sons", "Åsa AB", "北方贸易")
 
 
+def check_region(region: str) -> str:
+    if not isinstance(region, str) or not REGION_NAME.fullmatch(region):
+        raise ValueError(f"unknown region {region!r}: names are letters, digits, - and _")
+    return region
+
+
 def sitekey_for(region: str) -> str:
-    """The reCAPTCHA sitekey the portal shows for a region (40 chars, like Google's)."""
-    if region not in REGIONS:
-        raise ValueError(f"unknown region {region!r}; regions are {REGIONS}")
-    head = f"6Lsandbox-{region}-"
-    return head + hashlib.sha256(region.encode()).hexdigest()[: 40 - len(head)]
+    """The reCAPTCHA sitekey the portal shows for a region (40 chars like Google's, longer for long names)."""
+    head = f"{_SITEKEY_HEAD}{check_region(region)}-"
+    return head + hashlib.sha256(region.encode()).hexdigest()[: max(8, 40 - len(head))]
 
 
 def region_of_sitekey(sitekey: str) -> str | None:
-    return next((r for r in REGIONS if sitekey_for(r) == sitekey), None)
+    """The region whose sitekey this is; a name may hold '-', so every split is tried."""
+    if not sitekey.startswith(_SITEKEY_HEAD):
+        return None
+    rest = sitekey[len(_SITEKEY_HEAD) :]
+    for i, char in enumerate(rest):
+        if char == "-" and REGION_NAME.fullmatch(rest[:i]) and sitekey_for(rest[:i]) == sitekey:
+            return rest[:i]
+    return None
 
 
 def parse_day(day) -> dt.date:
@@ -44,8 +60,7 @@ def expected_records(day, region: str, records_per_region: tuple = (3, 12)) -> l
     re-types fields is caught by a byte-equal comparison.
     """
     day = parse_day(day).isoformat()
-    if region not in REGIONS:
-        raise ValueError(f"unknown region {region!r}")
+    check_region(region)
     rng = random.Random(f"records|{day}|{region}")  # str seeds hash stably across runs
     lo, hi = records_per_region
     records = []
@@ -70,3 +85,37 @@ def expected_records(day, region: str, records_per_region: tuple = (3, 12)) -> l
             }
         )
     return records
+
+
+CSV_HEADER = ("record_id", "day", "region", "partner", "units", "amount", "note", "comment")
+# the first three alone (the fewest records a region has) hold every trap
+_COMMENTS = ('said "fine",\nthen left — ok', "", "NA", "a, b; c", "€ 5 für Größe", "line one\r\nline two")
+
+
+def expected_csv_records(day, region: str, records_per_region: tuple = (3, 12)) -> list[dict]:
+    """The records of a CSV export, as the strings of its file: commas, quotes, newlines and
+    non-ASCII in fields, empty fields, "NA", leading zeros and a decimal comma, so a reader that
+    guesses types or NA values is caught."""
+    rows = []
+    for i, r in enumerate(expected_records(day, region, records_per_region)):
+        rows.append(
+            {
+                "record_id": r["record_id"],
+                "day": r["day"],
+                "region": r["region"],
+                "partner": r["partner"]["name"],
+                "units": f"{r['units']:04d}",
+                "amount": f"{r['amount']:.2f}".replace(".", ",") if i % 2 else f"{r['amount']:.2f}",
+                "note": r["note"] or "",
+                "comment": _COMMENTS[i % len(_COMMENTS)],
+            }
+        )
+    return rows
+
+
+def csv_body(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_HEADER)  # minimal quoting, CRLF: what Excel and most servers write
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()

@@ -8,7 +8,7 @@ import threading
 from .captchaai_app import CaptchaAIApp
 from .config import HOST, SANDBOX_KEY, SandboxConfig
 from .portal_app import PortalApp
-from .portal_data import expected_records
+from .portal_data import expected_csv_records, expected_records
 from .state import SandboxState
 from .wsgi_server import ServerThread
 
@@ -107,5 +107,8 @@ class Sandbox:
         return self._live.now()
 
     def expected_records(self, day, region: str) -> list[dict]:
-        """expected_records() with this sandbox's records_per_region."""
+        """What an export of (day, region) delivers from this sandbox: its records_per_region, and
+        the strings of the CSV file where the region answers CSV."""
+        if {"csv", "csv-attachment"} & self.config.variants_of(region):
+            return expected_csv_records(day, region, self.config.records_per_region)
         return expected_records(day, region, self.config.records_per_region)

@@ -37,6 +37,28 @@ class Task:
     accepted: bool = False
     reported_bad: bool = False
     reported_good: bool = False
+    invisible: bool = False  # the widget kind the task was submitted for (invisible=1, enterprise=1, data-s)
+    enterprise: bool = False
+    data_s: str | None = None
+
+
+@dataclass
+class Served:
+    """One export page served to a session, and what its form post must send back."""
+
+    page_url: str
+    action: str = "/export"  # the path the form posts to
+    invisible: bool = False
+    enterprise: bool = False
+    data_s: str | None = None
+    expect: dict = dataclasses.field(default_factory=dict)  # field -> the exact value it must come back with
+
+
+@dataclass
+class Session:
+    pages: dict = dataclasses.field(default_factory=dict)  # (day, region) -> Served
+    logged_in: bool = False
+    login_csrf: str | None = None
 
 
 class SandboxState:
@@ -56,7 +78,8 @@ class SandboxState:
         self._tokens: dict[str, str] = {}  # token -> task id
         self._holds: list[list] = []  # [start, end, key] per plan thread hold, for the timeline
         self._active: list[list] = []  # the holds not yet over, for the per-request checks
-        self._sessions: dict[str, dict] = {}  # cookie -> {(day, region): page url}
+        self._sessions: dict[str, Session] = {}  # cookie -> what it was served, and its login
+        self._maintenance: dict[tuple, int] = {}  # (day, region) -> maintenance pages answered
         self._bad_key_times: dict[str, deque] = {}  # ip -> times of bad-key requests
         self._banned_until: dict[str, float] = {}
         self.stats = Stats(epoch=0.0)
@@ -154,7 +177,9 @@ class SandboxState:
             return rng.lognormvariate(math.log(cfg.solve_median_s), cfg.solve_sigma)
         return cfg.solve_s
 
-    def submit(self, key: str, googlekey: str, pageurl: str) -> tuple[bool, str]:
+    def submit(
+        self, key: str, googlekey: str, pageurl: str, invisible=False, enterprise=False, data_s=None
+    ) -> tuple[bool, str]:
         with self.lock:
             now, cfg = self.now(), self.cfg
             if key in cfg.no_plan_keys or self._in_use(key, now) >= cfg.threads:
@@ -171,6 +196,9 @@ class SandboxState:
                 submit_t=now,
                 ready_t=now + solve_s,
                 unsolvable=by_rate or googlekey in marked or region_of_sitekey(googlekey) in marked,
+                invisible=invisible,
+                enterprise=enterprise,
+                data_s=data_s,
             )
             self._next_id += 1
             self.tasks[task.id] = task
@@ -214,31 +242,81 @@ class SandboxState:
             return True, "OK_REPORT_RECORDED"
 
     # ── portal ───────────────────────────────────────────────────────────────
-    def open_page(self, cookie: str | None, day: str, region: str, page_url: str) -> str:
-        """Remember the page served to this session; returns the (maybe new) cookie."""
+    def session(self, cookie: str | None) -> tuple[str, Session]:
+        """The session of this cookie, or a new one (with its new cookie)."""
         with self.lock:
             if cookie not in self._sessions:
                 cookie = secrets.token_urlsafe(18)
-                self._sessions[cookie] = {}
-            self._sessions[cookie][(day, region)] = page_url
+                self._sessions[cookie] = Session()
+            return cookie, self._sessions[cookie]
+
+    def open_page(self, cookie: str | None, day: str, region: str, page_url: str, **served) -> str:
+        """Remember the page served to this session; returns the (maybe new) cookie."""
+        with self.lock:
+            cookie, session = self.session(cookie)
+            session.pages[(day, region)] = Served(page_url, **served)
             return cookie
 
-    def verify(self, cookie: str | None, day: str, region: str, token: str) -> str | None:
+    def login_form(self, cookie: str | None) -> tuple[str, str]:
+        """(cookie, the CSRF token of the login form served to it)."""
+        with self.lock:
+            cookie, session = self.session(cookie)
+            session.login_csrf = session.login_csrf or secrets.token_urlsafe(24)
+            return cookie, session.login_csrf
+
+    def log_in(self, cookie: str | None, csrf: str, user: str, password: str) -> str | None:
+        """None when logged in, else why not ("csrf" or "credentials")."""
+        with self.lock:
+            session = self._sessions.get(cookie) if cookie else None
+            if session is None or not session.login_csrf or csrf != session.login_csrf:
+                reason = "csrf"
+            elif user not in self.cfg.users or self.cfg.users[user] != password:
+                reason = "credentials"
+            else:
+                session.logged_in, session.login_csrf, reason = True, None, None
+            self.stats.logins["refused-" + reason if reason else "ok"] += 1
+            return reason
+
+    def logged_in(self, cookie: str | None) -> bool:
+        with self.lock:
+            session = self._sessions.get(cookie) if cookie else None
+            return bool(session and session.logged_in)
+
+    def maintenance_due(self, day: str, region: str) -> bool:
+        """True for the first maintenance_pages posts of (day, region)."""
+        with self.lock:
+            n = self._maintenance.get((day, region), 0)
+            self._maintenance[(day, region)] = n + 1
+            if n < self.cfg.maintenance_pages:
+                self.stats.maintenance_pages += 1
+                return True
+            return False
+
+    def verify(
+        self, cookie: str | None, day: str, region: str, token: str, form=None, path: str = "/export"
+    ) -> str | None:
         """None if the token is accepted for this form post, else the refusal reason."""
         with self.lock:
-            reason = self._check(cookie, day, region, token)
+            reason = self._check(cookie, day, region, token, form or {}, path)
             if reason:
                 self.stats.tokens_refused[reason] += 1
             return reason
 
-    def _check(self, cookie, day, region, token) -> str | None:
+    def _check(self, cookie, day, region, token, form, path) -> str | None:
         now = self.now()
-        pages = self._sessions.get(cookie) if cookie else None
-        if pages is None:
+        session = self._sessions.get(cookie) if cookie else None
+        if session is None:
             return "missing-session"
-        page_url = pages.get((day, region))
-        if page_url is None:
+        served = session.pages.get((day, region))
+        if served is None:
             return "wrong-session"  # this cookie was never served that (day, region) page
+        page_url = served.page_url
+        # the form's own checks come before the captcha's, as a web framework's CSRF check does
+        if path != served.action:
+            return "wrong-action"
+        for name, value in served.expect.items():
+            if form.get(name) != value:
+                return f"bad-field-{name}"
         if not token:
             return "missing-input-response"
         task = self.tasks.get(self._tokens.get(token, ""))
@@ -253,6 +331,10 @@ class SandboxState:
             return "wrong-sitekey"
         if task.pageurl != page_url:
             return "wrong-pageurl"
+        if (task.invisible, task.enterprise) != (served.invisible, served.enterprise):
+            return "wrong-widget-kind"  # a token solved for another kind of widget fails verification
+        if task.data_s != served.data_s:
+            return "wrong-data-s"
         if now > task.ready_t + self.scaled(self.cfg.token_validity_s):
             return "token-expired"
         task.accepted = True
@@ -289,6 +371,9 @@ class SandboxState:
                     "token_accepted": t.accepted,
                     "reported_bad": t.reported_bad,
                     "reported_good": t.reported_good,
+                    "invisible": t.invisible,
+                    "enterprise": t.enterprise,
+                    "data_s": t.data_s,
                 }
                 for t in self.tasks.values()
             ]

@@ -48,6 +48,8 @@ class Stats:
         self.tokens_accepted = 0
         self.tokens_refused = Counter()  # reason -> n
         self.ready_to_post_s = []  # per accepted token: ready_t -> posted to the portal
+        self.logins = Counter()  # "ok", "refused-credentials", "refused-csrf" -> n
+        self.maintenance_pages = 0  # 200 HTML maintenance pages answered to form posts
 
     def as_dict(self, now: float, threads_limit: int, intervals) -> dict:
         timeline, peak, in_use = thread_timeline(intervals, self.epoch, now)
@@ -64,6 +66,8 @@ class Stats:
             "bad_key_requests": self.bad_key_requests,
             "ip_bans": self.ip_bans,
             "threads": {"limit": threads_limit, "in_use": in_use, "peak": peak, "timeline": timeline},
+            "logins": dict(self.logins),
+            "maintenance_pages": self.maintenance_pages,
             "tokens": {
                 "issued": self.tokens_issued,
                 "accepted": self.tokens_accepted,

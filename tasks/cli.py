@@ -24,8 +24,9 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import alerting, config, scheduler, targets
+from . import alerting, config, probe, scheduler, targets
 from .day import DayExport
+from .login import check_login
 from .region import RegionExport, make_solver
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -92,12 +93,18 @@ def worker_count(args):
     return args.workers or luigi.interface.core().workers
 
 
-def preflight(args):
-    """Everything that can be refused without a request."""
-    config.regions()
-    config.api_key()
+def check_args(args):
+    """What can be refused in one line without a request: the arguments and the configuration."""
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
+    config.regions()
+    config.api_key()
+
+
+def preflight():
+    """The portal login, before any request to CaptchaAI. Inside the run's alert: a night whose
+    login is refused (a changed or expired password) is a night that failed."""
+    check_login(config.captchaai().http_timeout_s, say)
 
 
 def luigid_cap(url):
@@ -254,10 +261,18 @@ def run_luigi(args, task_argv, days, redone_at=None):
     return code
 
 
-def cmd_export(args, redone_at=None):
+def cmd_export(args):
     day = parse_day("DAY", args.day)
-    preflight(args)
+    check_args(args)
+    return export_day(args, day)
+
+
+def export_day(args, day, set_aside=None):
+    """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
+    preflight, returns when the newest task it made incomplete on purpose had finished."""
     with alerting.RunAlert(args, [day]) as run:
+        preflight()
+        redone_at = set_aside() if set_aside else None
         code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
         if DayExport(day).complete():
             say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
@@ -270,7 +285,7 @@ def cmd_backfill(args):
         raise UsageError(f"START={start} must be before STOP={stop} (STOP is exclusive)")
     if args.task_limit is not None and args.task_limit < 1:
         raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
-    preflight(args)
+    check_args(args)
     today = utc_today()
     stop = min(stop, today + datetime.timedelta(days=1))  # never a day in the future
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
@@ -294,27 +309,32 @@ def cmd_backfill(args):
     if args.newest_first:
         task_argv.append("--reverse")
     with alerting.RunAlert(args, days) as run:
+        preflight()
         return run.finish(run_luigi(args, task_argv, days))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args):
     day = parse_day("DAY", args.day)
-    preflight(args)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    redone_at = None
-    for region in config.regions():
-        path = Path(targets.region_path(day, region))
-        if path.exists() and json.loads(path.read_text()).get("status") == "unsolvable":
-            redone_at = max(redone_at or 0, path.stat().st_mtime)
-            path.replace(path.with_name(f"{path.name}.unsolvable-{stamp}"))  # kept for the record
-            say(f"retry-unsolvable: {day} {region} will be solved again")
-    if redone_at is None:
-        say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
-    else:
-        # A day that passed with an unsolvable region is rebuilt with the region solved again.
-        for path in (targets.day_records_path(day), targets.day_health_path(day)):
-            Path(path).unlink(missing_ok=True)
-    return cmd_export(args, redone_at)
+    check_args(args)
+
+    def set_aside():
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        redone_at = None
+        for region in config.regions():
+            path = Path(targets.region_path(day, region))
+            if path.exists() and json.loads(path.read_text()).get("status") == "unsolvable":
+                redone_at = max(redone_at or 0, path.stat().st_mtime)
+                path.replace(path.with_name(f"{path.name}.unsolvable-{stamp}"))  # kept for the record
+                say(f"retry-unsolvable: {day} {region} will be solved again")
+        if redone_at is None:
+            say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
+        else:
+            # A day that passed with an unsolvable region is rebuilt with the region solved again.
+            for path in (targets.day_records_path(day), targets.day_health_path(day)):
+                Path(path).unlink(missing_ok=True)
+        return redone_at
+
+    return export_day(args, day, set_aside)
 
 
 def cmd_plan(args):
@@ -375,6 +395,7 @@ def build_parser():
     p.set_defaults(func=cmd_clear_breaker)
     p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
     p.set_defaults(func=cmd_report)
+    probe.add_parser(sub, parse_day)
     p = sub.add_parser("scheduler", help="start luigid in the background, bound to loopback")
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")

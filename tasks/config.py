@@ -6,12 +6,14 @@ reaches the scheduler, the visualiser or a task id.
 """
 
 import os
+import re
 from pathlib import Path
 
 import luigi
 
 from portal_export.captchaai import DEFAULT_API_BASE
-from portal_export.portal import KNOWN_REGIONS
+
+REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 
 
 class captchaai(luigi.Config):
@@ -42,7 +44,9 @@ class portal(luigi.Config):
         description="base URL of the partner portal (env PORTAL_BASE_URL wins)",
     )
     data_dir = luigi.Parameter(default="data", description="where outputs go (env PORTAL_DATA_DIR wins)")
-    regions = luigi.Parameter(default=",".join(KNOWN_REGIONS), description="comma-separated region names")
+    regions = luigi.Parameter(
+        default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
+    )
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
     login_path = luigi.Parameter(
         default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
@@ -86,11 +90,18 @@ def state_dir() -> Path:
     return data_dir() / "_state"
 
 
+def check_region(name: str) -> str:
+    if not REGION_NAME.fullmatch(name):
+        raise ConfigError(f"region {name!r}: use letters, digits, - and _ only")
+    return name
+
+
 def regions() -> list[str]:
     names = [r.strip() for r in portal().regions.split(",") if r.strip()]
-    unknown = [r for r in names if r not in KNOWN_REGIONS]
-    if unknown or not names or len(set(names)) != len(names):
+    bad = [r for r in names if not REGION_NAME.fullmatch(r)]
+    if bad or not names or len(set(names)) != len(names):
         raise ConfigError(
-            f"[portal] regions = {portal().regions!r}: give distinct names among {', '.join(KNOWN_REGIONS)}"
+            f"[portal] regions = {portal().regions!r}: give distinct comma-separated names of letters, digits, - and _"
+            + (f" ({', '.join(map(repr, bad))} is not one)" if bad else "")
         )
     return names

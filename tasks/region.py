@@ -8,10 +8,10 @@ import luigi
 from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import CaptchaAI
 from portal_export.export import export_region
-from portal_export.portal import KNOWN_REGIONS
 
 from . import config, targets
 from .base import PortalTask
+from .login import portal_login
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +32,20 @@ def make_solver():
     )
 
 
+class RegionParameter(luigi.Parameter):
+    """Any name [portal] regions accepts (letters, digits, - and _): it names a file and a URL parameter."""
+
+    def normalize(self, x: object) -> str:
+        if not isinstance(x, str) or not config.REGION_NAME.fullmatch(x):
+            raise ValueError(f"region {x!r}: use letters, digits, - and _ only")
+        return x
+
+
 class RegionExport(PortalTask):
     """Exports one region; its target holds the records and the solve facts, also when unsolvable."""
 
     date = luigi.DateParameter()
-    region = luigi.ChoiceParameter(choices=KNOWN_REGIONS)
+    region = RegionParameter()
 
     resources = {"captchaai": 1}
 
@@ -73,6 +82,7 @@ class RegionExport(PortalTask):
             retry_base_s=p.retry_base_s,
             retry_jitter_s=p.retry_jitter_s,
             http_timeout_s=config.captchaai().http_timeout_s,
+            login=portal_login(),
             on_attempt=on_attempt,
             on_poll=on_poll,
         )

@@ -18,6 +18,8 @@ def isolated(tmp_path, monkeypatch):
         "CAPTCHAAI_API_KEY",
         "CAPTCHAAI_API_BASE",
         "PORTAL_BASE_URL",
+        "PORTAL_USERNAME",
+        "PORTAL_PASSWORD",
         "LUIGI_CONFIG_PATH",
         "SCHEDULER",
         "LUIGI_SCHEDULER_URL",

@@ -51,12 +51,22 @@ def test_missing_key_is_refused_before_any_request(capsys, no_network):
     assert err == "error: CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key\n"
 
 
-def test_unknown_region_in_config_is_refused(monkeypatch, luigi_cfg, capsys, no_network):
+@pytest.mark.parametrize("bad", ["../etc", "mid dle", "süd", "a/b", "x.y"])
+def test_a_region_name_beyond_letters_digits_dash_underscore_is_refused(
+    bad, monkeypatch, luigi_cfg, capsys, no_network
+):
     monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
-    luigi_cfg("portal", "regions", "north,middle")
+    luigi_cfg("portal", "regions", f"north,{bad}")
     assert main(["export", "2026-09-01"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "[portal] regions" in err and "middle" in err
+    assert err.count("\n") == 1 and "[portal] regions" in err and repr(bad) in err
+
+
+def test_repeated_region_names_are_refused(monkeypatch, luigi_cfg, capsys, no_network):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    luigi_cfg("portal", "regions", "north,North-2,north")
+    assert main(["export", "2026-09-01"]) == 2
+    assert "distinct" in capsys.readouterr().err
 
 
 def test_unknown_scheduler_mode_is_refused(monkeypatch, capsys, no_network):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sandbox import SANDBOX_KEY
+from sandbox import SANDBOX_KEY, SANDBOX_USER
 from tasks.scheduler import free_port
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
@@ -251,3 +251,25 @@ def test_alert_test_sends_through_every_channel_and_says_which_worked(channels, 
 
     none = cli("alert-test", ALERT_WEBHOOK_URL="", LUIGI_CONFIG_PATH="")
     assert none.code == 2 and "no channel configured" in none.err
+
+
+def test_a_refused_login_sends_the_one_alert_naming_its_code_and_solves_nothing(
+    live, channels, cli, data_dir, monkeypatch
+):
+    """A night whose portal password changed: refused before any CaptchaAI request, and still the
+    one alert a failed night sends, with the breaker and what clears it."""
+    smtp, hook, _ = channels
+    live.configure(variants={"*": {"login"}})
+    monkeypatch.setenv("PORTAL_USERNAME", SANDBOX_USER)
+    monkeypatch.setenv("PORTAL_PASSWORD", PASSWORD)  # not the sandbox's: refused
+    start, stop = "2026-07-01", "2026-07-04"
+
+    run = cli("backfill", start, stop)
+
+    assert run.code == 2, run
+    assert "error: PORTAL_LOGIN_REFUSED" in run.err
+    subject, body = one_message_each(smtp, hook)
+    assert subject == "backfill 2026-07-01..2026-07-03: 3 of 3 days missing"
+    assert "PORTAL_LOGIN_REFUSED" in body and "make clear-breaker" in body
+    assert live.tasks() == [] and live.stats()["requests"].get("in.php", 0) == 0
+    assert_no_secret(smtp, hook, run, data_dir)

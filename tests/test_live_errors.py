@@ -218,6 +218,8 @@ def test_a_bad_page_or_parameter_fails_the_region_once(
         stub_portal.page = '<form><div class="g-recaptcha"></div></form>'
     elif row == "unknown-sitekey":
         stub_portal.page = '<div class="g-recaptcha" data-sitekey="6Lc-not-a-sitekey-the-sandbox-knows"></div>'
+    else:  # JSON without a list of records (an HTML page is transient: test_live_portal.py)
+        stub_portal.answer = '{"rows": []}'
 
     run = permanent(d)
     assert_failed_once_with(shared_central, run, data_dir, d, code)

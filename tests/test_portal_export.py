@@ -38,7 +38,7 @@ UNSOLVABLE = {"status": 0, "request": "ERROR_CAPTCHA_UNSOLVABLE"}
 def page_html(sitekey=SITEKEY):
     widget = f'<div class="g-recaptcha" data-sitekey="{sitekey}"></div>' if sitekey else ""
     return (
-        f'<!doctype html><html><head><title>Export</title></head><body><main><form method="post">'
+        f'<!doctype html><html><head><title>Export</title></head><body><main><form method="post" action="/export">'
         f'<input type="hidden" name="day" value="{DAY}">{widget}<button>Export</button></form></main></body></html>'
     )
 
@@ -226,16 +226,38 @@ def test_find_sitekey_takes_the_widget_anywhere_in_the_page():
     assert find_sitekey("<p>no widget</p>") is None
 
 
+def test_a_json_list_of_objects_is_an_answer(world, solver):
+    world.posts.append(json_answer(RECORDS))
+    assert json.dumps(export_once(DAY, "north", PORTAL, solver).records) == json.dumps(RECORDS)
+
+
 @pytest.mark.parametrize(
     "answer",
     [
-        (200, {"Content-Type": "text/html"}, "<html>Export done</html>"),
+        (200, {"Content-Type": "text/html"}, "<html><head><title>Down for maintenance</title></head></html>"),
+        (200, {"Content-Type": "text/plain"}, "<!DOCTYPE html><html><title>Sign in</title><body>login</body>"),
+    ],
+    ids=["maintenance", "login-page-after-expiry"],
+)
+def test_a_200_html_page_is_transient_with_its_title_and_no_token_reported(world, solver, answer):
+    world.posts.append(answer)
+    with pytest.raises(TransientError) as info:
+        export_once(DAY, "north", PORTAL, solver)
+    assert type(info.value) is TransientError and info.value.code == "PORTAL_HTML_ANSWER"
+    assert "'Down for maintenance'" in str(info.value) or "'Sign in'" in str(info.value)
+    assert world.res("reportbad") == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {"Content-Type": "text/plain"}, "Export done"),
         json_answer({"rows": RECORDS}),
         json_answer({"records": "none"}),
         json_answer({"records": [1, 2]}),
-        json_answer(RECORDS),
+        json_answer([1, 2]),
     ],
-    ids=["html", "no-records-key", "records-not-a-list", "records-not-objects", "bare-list"],
+    ids=["plain-text", "no-records-key", "records-not-a-list", "records-not-objects", "list-not-objects"],
 )
 def test_answer_without_a_records_list_is_permanent_never_empty(world, solver, answer):
     world.posts.append(answer)

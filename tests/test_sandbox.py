@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, Sandbox, SandboxConfig, expected_records, sitekey_for
+from sandbox.portal_data import region_of_sitekey
 
 SCALE = 0.01
 DAY = "2024-03-01"
@@ -428,7 +429,8 @@ def test_portal_page_validation(make_sb):
     sb = make_sb()
     s = requests.Session()
     for params, status in [
-        ({"day": DAY, "region": "mars"}, 404),
+        ({"day": DAY, "region": "ma rs"}, 404),
+        ({"day": DAY, "region": "../etc"}, 404),
         ({"day": "2024-13-01", "region": "north"}, 400),
         ({"day": "20240301", "region": "north"}, 400),
         ({"region": "north"}, 400),
@@ -543,8 +545,13 @@ def test_expected_records_are_deterministic_and_varied():
     assert any(r["note"] is None for r in expected_records("2024-01-01", "east") + records)
     assert sitekey_for("north").startswith("6Lsandbox-north-") and len(sitekey_for("north")) == 40
     assert len({sitekey_for(r) for r in ("north", "south", "east", "west")}) == 4
-    with pytest.raises(ValueError):
-        sitekey_for("mars")
+    for bad in ("ma rs", "../x", ""):  # any name of letters, digits, - and _ is a region; nothing else
+        with pytest.raises(ValueError):
+            sitekey_for(bad)
+    assert region_of_sitekey(sitekey_for("mars")) == "mars" and expected_records(DAY, "mars")
+    for name in ("north-east", "a-b-c_1", "x" * 60):  # names with "-" and long names map back too
+        assert region_of_sitekey(sitekey_for(name)) == name
+    assert region_of_sitekey(sitekey_for("north") + "x") is None and region_of_sitekey("6Lother") is None
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,11 @@ def records(day, region):
 def portal_mock(rs):
     def page(request):
         region = request.params["region"]
-        return 200, {"Set-Cookie": "sid=1"}, f'<form><div class="g-recaptcha" data-sitekey="sk-{region}"></div></form>'
+        return (
+            200,
+            {"Set-Cookie": "sid=1"},
+            f'<form method="post" action="/export"><div class="g-recaptcha" data-sitekey="sk-{region}"></div></form>',
+        )
 
     def post(request):
         form = dict(p.split("=", 1) for p in request.body.split("&"))
@@ -174,6 +178,8 @@ def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_di
     assert not (data_dir / "regions" / str(DAY)).exists() or not list((data_dir / "regions" / str(DAY)).glob("*.json"))
 
 
-def test_unknown_region_is_refused_by_the_parameter():
-    with pytest.raises(ValueError, match="middle"):
-        RegionExport(date=DAY, region="middle")
+@pytest.mark.parametrize("bad", ["a/b", "../x", "mid dle", ""])
+def test_a_region_name_beyond_letters_digits_dash_underscore_is_refused_by_the_parameter(bad):
+    with pytest.raises(ValueError, match="letters, digits"):
+        RegionExport(date=DAY, region=bad)
+    assert RegionExport(date=DAY, region="Zone-9_b").region == "Zone-9_b"

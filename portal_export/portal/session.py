@@ -1,0 +1,231 @@
+"""One pass at one region of the partner portal, inside one HTTP session: login, page, solve, post.
+
+Page, solve and post share a session because the portal ties the form to the cookie of the page
+it served, and the token must be posted at once: it lives two minutes and verifies once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+from urllib.parse import urlsplit
+
+import requests
+
+from ..breaker import KeyBreaker
+from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
+from .answers import Record, read_answer
+from .page import Form, Page, Widget, parse_page
+
+log = logging.getLogger(__name__)
+
+_TRY_AGAIN = (408, 429)  # timeouts and rate limits say nothing about the page or the token
+TOKEN_FIELD = "g-recaptcha-response"
+
+
+class Solver(Protocol):
+    def solve(
+        self,
+        params: dict[str, str],
+        on_submit: Callable[[str], object] | None = ...,
+        on_poll: Callable[[str, int, float], object] | None = ...,
+    ) -> tuple[str, str, float]: ...
+
+    def report_bad(self, task_id: str) -> bool: ...
+
+
+class Delivery(NamedTuple):
+    records: list[Record]
+    task_id: str
+    solve_seconds: float
+
+
+@dataclass(frozen=True)
+class Login:
+    """The portal login; the password never shows in a repr, a log line or an error."""
+
+    username: str
+    password: str
+    path: str = "/login"
+    breaker: KeyBreaker | None = None  # a refused login trips it: nothing hammers the login after
+
+    def __repr__(self) -> str:
+        return f"Login(username={self.username!r}, path={self.path!r})"
+
+
+@dataclass(frozen=True)
+class Post:
+    """The request that carries the token: the page's form, or the simple post without one."""
+
+    method: str
+    url: str
+    fields: tuple[tuple[str, str], ...]  # in order, the token's field included with an empty value
+    hidden: frozenset[str]
+    added: frozenset[str]  # fields the form lacked: day, region, the token
+    from_form: bool
+
+    def data(self, token: str) -> list[tuple[str, str]]:
+        return [(n, token if n == TOKEN_FIELD else v) for n, v in self.fields]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the loaded page asks for: the widget to solve, its pageurl, the post to make."""
+
+    page: Page  # the export page as loaded
+    pageurl: str  # of the page (or frame) holding the widget
+    widget: Widget | None
+    post: Post | None
+    frame: str | None = None  # the frame's URL, where the widget is in one
+
+
+def http(
+    session: requests.Session, method: str, url: str, what: str, timeout: float, **kwargs: Any
+) -> requests.Response:
+    failure = None
+    try:
+        resp = session.request(method, url, timeout=timeout, **kwargs)
+    except requests.RequestException as exc:
+        failure = type(exc).__name__  # raised outside the handler: no chained traceback
+    if failure:
+        raise TransientError("PORTAL_NETWORK_ERROR", f"{failure} on {what}")
+    if resp.status_code >= 500 or resp.status_code in _TRY_AGAIN:
+        raise TransientError(f"PORTAL_HTTP_{resp.status_code}", what)
+    return resp
+
+
+def _submit(
+    session: requests.Session, form: Form, fields: list[tuple[str, str]], what: str, timeout: float
+) -> requests.Response:
+    if form.method == "GET":
+        return http(session, "GET", form.action, what, timeout, params=fields)
+    return http(session, "POST", form.action, what, timeout, data=fields)
+
+
+def log_in(session: requests.Session, base_url: str, login: Login, timeout: float) -> None:
+    """Post the login page's form with the credentials; LoginRefused when the form comes back."""
+    if login.breaker is not None:
+        login.breaker.check()
+    url = base_url + login.path
+    what = f"login page {url}"
+    resp = http(session, "GET", url, what, timeout)
+    if resp.status_code >= 400:
+        raise PermanentError(f"PORTAL_HTTP_{resp.status_code}", what)
+    form = parse_page(resp.text, resp.url).login_form
+    if form is None:
+        raise PermanentError("PORTAL_NO_LOGIN_FORM", f"no form with a password input at {resp.url}")
+    fields, user_set, password_set = [], False, False
+    for f in form.fields:
+        value = f.value
+        if f.kind == "password" and not password_set:
+            value, password_set = login.password, True
+        elif f.kind in ("text", "email", "") and not f.hidden and not user_set:
+            value, user_set = login.username, True
+        fields.append((f.name, value))
+    if not (user_set and password_set):
+        raise PermanentError(
+            "PORTAL_NO_LOGIN_FORM", f"the login form at {resp.url} has no named username/password input"
+        )
+    answer = _submit(session, form, fields, f"login post to {form.action}", timeout)
+    if parse_page(answer.text, answer.url).login_form is not None:
+        detail = f"the portal showed its login form again after the login of {login.username!r} at {url}"
+        if login.breaker is not None:
+            login.breaker.trip(LoginRefused.CODE, detail)
+        raise LoginRefused(LoginRefused.CODE, detail)
+    if answer.status_code >= 400:
+        raise PermanentError(f"PORTAL_HTTP_{answer.status_code}", f"login post to {form.action}")
+    log.info("logged in to %s as %s", base_url, login.username)
+
+
+def _same_portal(url: str, base_url: str) -> bool:
+    return urlsplit(url).netloc == urlsplit(base_url).netloc
+
+
+def _post_for(page: Page, widget: Widget, base_url: str, day: str, region: str) -> Post:
+    form = page.form
+    if form is None:  # no form around the widget: the portal's simple post
+        fields = (("day", day), ("region", region), (TOKEN_FIELD, ""))
+        return Post("POST", f"{base_url}/export", fields, frozenset(), frozenset(n for n, _ in fields), False)
+    fields_list = [(f.name, f.value) for f in form.fields if f.name != TOKEN_FIELD]
+    names = {n for n, _ in fields_list}
+    added = [n for n in ("day", "region") if n not in names]
+    fields_list += [(n, day if n == "day" else region) for n in added] + [(TOKEN_FIELD, "")]
+    hidden = frozenset(f.name for f in form.fields if f.hidden)
+    return Post(form.method, form.action, tuple(fields_list), hidden, frozenset([*added, TOKEN_FIELD]), True)
+
+
+def prepare(
+    session: requests.Session,
+    base_url: str,
+    day: str,
+    region: str,
+    *,
+    http_timeout_s: float = 30.0,
+    login: Login | None = None,
+) -> Prepared:
+    """Log in where asked, load the export page (or the frame of the portal holding the widget)."""
+    base_url = base_url.rstrip("/")
+    what = f"day {day} region {region}"
+    if login is not None:
+        log_in(session, base_url, login, http_timeout_s)
+    resp = http(
+        session,
+        "GET",
+        f"{base_url}/export",
+        f"export page of {what}",
+        http_timeout_s,
+        params={"day": day, "region": region},
+    )
+    if resp.status_code >= 400:
+        raise PermanentError(f"PORTAL_HTTP_{resp.status_code}", f"export page of {what} at {resp.url}")
+    page = holder = parse_page(resp.text, resp.url)
+    frame = None
+    if page.widget is None:
+        for src in page.frames:
+            if not _same_portal(src, base_url):
+                continue
+            framed = http(session, "GET", src, f"frame of the export page of {what}", http_timeout_s)
+            if framed.status_code >= 400:
+                raise PermanentError(f"PORTAL_HTTP_{framed.status_code}", f"frame {framed.url} of {what}")
+            candidate = parse_page(framed.text, framed.url)
+            if candidate.widget is not None:
+                holder, frame = candidate, framed.url
+                break
+    widget = holder.widget
+    post = _post_for(holder, widget, base_url, day, region) if widget is not None else None
+    return Prepared(page, holder.url, widget, post, frame)
+
+
+def export_once(
+    day: str,
+    region: str,
+    base_url: str,
+    solver: Solver,
+    *,
+    http_timeout_s: float = 30.0,
+    session: requests.Session | None = None,
+    login: Login | None = None,
+    on_task: Callable[[str], object] | None = None,
+    on_poll: Callable[[str, int, float], object] | None = None,
+) -> Delivery:
+    """Load the export page, solve its reCAPTCHA, post its form; returns the records."""
+    what = f"day {day} region {region}"
+    with nullcontext(session) if session else requests.Session() as s:
+        ready = prepare(s, base_url, day, region, http_timeout_s=http_timeout_s, login=login)
+        if ready.widget is None or ready.post is None:
+            raise PermanentError("NO_SITEKEY", f"no reCAPTCHA sitekey on the export page of {what} at {ready.page.url}")
+        post = ready.post
+        token, task_id, seconds = solver.solve(
+            {**ready.widget.solve_params(), "pageurl": ready.pageurl}, on_submit=on_task, on_poll=on_poll
+        )
+        log.info("%s: CaptchaAI task %s solved in %.1f s", what, task_id, seconds)
+        form = Form(post.url, post.method, ())
+        resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s)
+        del token  # single use: nothing of it outlives the post
+        if resp.status_code >= 400:
+            solver.report_bad(task_id)
+            raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
+        return Delivery(read_answer(resp, f"the form post of {what}"), task_id, seconds)

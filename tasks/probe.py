@@ -1,0 +1,100 @@
+"""`make probe DAY=... [REGION=...]`: the operator's first look at a portal, sending nothing to CaptchaAI.
+
+It logs in where PORTAL_USERNAME is set, loads the export page as an export would (the frame of the
+portal holding the widget included) and prints what the export would solve and post. Hidden values
+(CSRF tokens, view state) are masked: they are session secrets, and long.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from portal_export.portal import HANDLING, Prepared, prepare
+from portal_export.portal.session import TOKEN_FIELD
+
+from . import config
+from .login import portal_login
+
+MASK = "***"
+NO_WIDGET, NO_FORM = 1, 1
+
+
+def describe(ready: Prepared) -> list[str]:
+    """The probe's lines for a loaded page (widget and form as found)."""
+    lines = [f"page:         {ready.page.url}"]
+    if ready.frame:
+        lines.append(f"frame:        {ready.frame} (the widget is in this frame of the portal)")
+    widget, post = ready.widget, ready.post
+    if widget is None or post is None:
+        return lines
+    fields = []
+    for name, value in post.fields:
+        if name == TOKEN_FIELD:
+            shown = "<token>"
+        elif name in post.hidden:
+            shown = MASK
+        else:
+            shown = value
+        fields.append(f"{name}={shown}" + (" (added)" if name in post.added and name != TOKEN_FIELD else ""))
+    lines += [
+        f"pageurl:      {ready.pageurl}",
+        f"sitekey:      {widget.sitekey}",
+        f"widget kind:  {widget.kind}",
+        f"data-s:       {'present' if widget.data_s is not None else 'absent'}",
+        f"CaptchaAI:    {' '.join(f'{k}=...' if k == 'data-s' else f'{k}={v}' for k, v in widget.solve_params().items())}"
+        f" pageurl=<the pageurl above>",
+        f"form:         {post.method} {post.url}" + ("" if post.from_form else " (no <form> around the widget)"),
+        f"fields:       {', '.join(fields)}",
+        f"answer:       {HANDLING}",
+    ]
+    return lines
+
+
+def cmd_probe(args: argparse.Namespace, parse_day: Callable[[str, str], datetime.date]) -> int:
+    day = parse_day("DAY", args.day)
+    region = config.check_region(args.region) if args.region else config.regions()[0]
+    base_url = config.portal_base_url().rstrip("/")
+    login = portal_login()
+    print(f"probe:        day {day} region {region} at {base_url}")
+    print(
+        f"login:        {f'{login.username} at {base_url}{login.path}' if login else 'none (PORTAL_USERNAME not set)'}"
+    )
+    with requests.Session() as session:
+        ready = prepare(
+            session,
+            base_url,
+            day.isoformat(),
+            region,
+            http_timeout_s=config.captchaai().http_timeout_s,
+            login=login,
+        )
+    print("\n".join(describe(ready)), flush=True)
+    if ready.widget is None:
+        frames = f" nor in its {len(ready.page.frames)} frame(s) of the portal" if ready.page.frames else ""
+        print(
+            f"error: no reCAPTCHA widget (data-sitekey, anchor iframe or grecaptcha.render) on {ready.page.url}"
+            f"{frames}; page title {ready.page.title or 'untitled'!r}"
+            + ("; it is a login form: set PORTAL_USERNAME and PORTAL_PASSWORD" if ready.page.login_form else ""),
+            file=sys.stderr,
+        )
+        return NO_WIDGET
+    if ready.post is not None and not ready.post.from_form:
+        print(
+            f"error: no <form> around the widget on {ready.pageurl}: an export would make the simple post above",
+            file=sys.stderr,
+        )
+        return NO_FORM
+    return 0
+
+
+def add_parser(sub: Any, parse_day: Callable[[str, str], datetime.date]) -> None:
+    p = sub.add_parser("probe", help="load the export page and print what an export would solve and post")
+    p.add_argument("day")
+    p.add_argument("--region", default=None, help="default: the first of [portal] regions")
+    p.set_defaults(func=lambda args: cmd_probe(args, parse_day))
