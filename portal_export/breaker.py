@@ -15,16 +15,16 @@ from pathlib import Path
 from .errors import KeyLevelError
 
 
-def fingerprint(api_key):
+def fingerprint(api_key: str) -> str:
     return hashlib.sha256(b"portal-export-breaker\0" + api_key.encode()).hexdigest()[:16]
 
 
 class KeyBreaker:
-    def __init__(self, state_dir, api_key):
+    def __init__(self, state_dir: str | os.PathLike[str], api_key: str) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / f"breaker-{fingerprint(api_key)}.json"
 
-    def check(self):
+    def check(self) -> None:
         """Raise the code that tripped the breaker, if it has."""
         try:
             state = json.loads(self.path.read_text())
@@ -37,7 +37,7 @@ class KeyBreaker:
             f"{state.get('detail', '')} (breaker open: fix the key or plan, then `make clear-breaker`)",
         )
 
-    def trip(self, code, detail=""):
+    def trip(self, code: str, detail: str = "") -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".breaker-")
         with os.fdopen(fd, "w") as f:
@@ -45,7 +45,7 @@ class KeyBreaker:
         os.replace(tmp, self.path)
 
     @staticmethod
-    def clear(state_dir):
+    def clear(state_dir: str | os.PathLike[str]) -> list[str]:
         """Remove every breaker file; returns the codes that had tripped them."""
         codes = []
         for path in Path(state_dir).glob("breaker-*.json"):

@@ -8,12 +8,12 @@ string or the API key, so they are safe to log and to hand to a scheduler's UI.
 class ExportError(Exception):
     """Base of every error the export raises on purpose; `code` names the cause."""
 
-    def __init__(self, code, detail=""):
+    def __init__(self, code: str, detail: str = "") -> None:
         self.code = code
         self.detail = detail
         super().__init__(f"{code}: {detail}" if detail else code)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code!r})"
 
 
@@ -44,7 +44,7 @@ NOT_READY = "CAPCHA_NOT_READY"  # sic: the service spells it so
 ZERO_BALANCE = "ERROR_ZERO_BALANCE"  # busy threads or no plan: the client tells them apart
 
 
-def classify(code, detail=""):
+def classify(code: str, detail: str = "") -> ExportError:
     """The error for one of CaptchaAI's answer codes (ERROR_ZERO_BALANCE is diagnosed by the client)."""
     if code in KEY_LEVEL_CODES:
         return KeyLevelError(code, detail)
