@@ -1,6 +1,6 @@
 """Every change of the cap in force, kept in `<state dir>/cap-log.jsonl`, and the busy-plan verdict.
 
-One JSON line per change (`t` wall-clock seconds, `cap`, `configured`, `reason`): `make plan` shows
+One JSON line per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, `pid`): `make plan` shows
 the last one, and the health files count from them the time a region (and its day) ran below the
 configured cap. `plan-busy.json` exists while the governor has given up waiting for a usable
 thread: regions that start then fail at once with PLAN_BUSY instead of being refused.
@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 
-class Change(TypedDict):
+class Change(TypedDict, total=False):
     t: float
     cap: int
     configured: int
     reason: str
+    pid: int  # of the run that set it
 
 
 def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
@@ -45,7 +46,8 @@ class CapLog:
 
     def note(self, cap: int, configured: int, reason: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"t": time.time(), "cap": cap, "configured": configured, "reason": reason})
+        entry = {"t": time.time(), "cap": cap, "configured": configured, "reason": reason, "pid": os.getpid()}
+        line = json.dumps(entry)
         with open(self.path, "a") as f:  # one short write per line: appends from several runs stay whole
             f.write(line + "\n")
 

@@ -6,14 +6,16 @@
 period (and at once when a solve was refused for busy threads) and hands each new cap to a
 `set_cap(n, reason)` callback. Who grants slots against that number is the scheduler's business.
 
-Why the policy is asymmetric:
-- Own solves in flight are counted from before their submit until their last poll, so they are
-  never fewer than the threads they hold: others' share (working - own) is never overestimated,
-  and a lowering reading is never a false alarm. It takes effect at once.
-- The same counting can underestimate others' share (an own task CaptchaAI has finished but we
-  have not polled yet), which would suggest a rise too early. A rise therefore needs two readings
-  in a row that both allow it, half a period apart (readings come every half period while the cap
-  is low, so a rise still comes within one period), and goes to the lower of the two.
+Why the policy is asymmetric, and where its dead band comes from:
+- Own solves in flight are counted from before their submit until their last poll, once just
+  before and once just after `threadsinfo` answers: `own` is every solve seen in either count,
+  `steady` those seen in both. Others' share is at least working - own (a lowering on it is never
+  a false alarm: it takes effect at once) and taken as working - steady for a rise. Between the two
+  the cap stays: solves starting and ending around a reading do not move it.
+- Even `steady` can hold an own task CaptchaAI has finished but we have not polled yet, which
+  would suggest a rise too early. A rise therefore needs two readings in a row that both allow it,
+  half a period apart (readings come every half period while the cap is low, so a rise still
+  comes within one period), and goes to the lower of the two.
 - `threadsinfo` caps working threads at the plan size: a full reading only says "at least", so it
   never raises the cap.
 """
@@ -38,15 +40,22 @@ ZERO_CAP_PERIODS = 20
 
 @dataclass(frozen=True)
 class Reading:
-    """One look at the plan: its threads, those working, and this deployment's solves in flight."""
+    """One look at the plan: its threads, those working, and this deployment's solves in flight
+    (`own` seen around the reading, `steady` throughout it; None: the same as `own`)."""
 
     threads: int
     working: int
     own: int
+    steady: int | None = None
 
     @property
     def others(self) -> int:
+        """Threads other consumers hold, at least."""
         return max(0, self.working - self.own)
+
+    @property
+    def others_at_most(self) -> int:
+        return max(0, self.working - (self.own if self.steady is None else self.steady))
 
 
 @dataclass(frozen=True)
@@ -56,22 +65,24 @@ class Decision:
     target: int  # what this reading alone allows; the next reading's `proposed`
 
 
-def target_cap(configured: int, spare: int, reading: Reading) -> int:
+def target_cap(configured: int, spare: int, reading: Reading, others: int | None = None) -> int:
     """What the plan leaves for this deployment, never above the configured cap."""
-    return max(0, min(configured, reading.threads - spare - reading.others))
+    held = reading.others if others is None else others
+    return max(0, min(configured, reading.threads - spare - held))
 
 
 def why(configured: int, spare: int, reading: Reading) -> str:
     """The reason a cap is what it is, in the operator's words."""
-    if reading.working >= reading.threads and reading.threads > 0:
+    threads, others = reading.threads, reading.others
+    if others and reading.working >= threads:
         if reading.own == 0:
-            return f"another consumer holds all {reading.threads} plan threads"
-        return f"all {reading.threads} plan threads busy, another consumer holds at least {reading.others}"
-    if reading.others:
-        return f"another consumer holds {reading.others} of {reading.threads} plan threads"
-    if reading.threads - spare < configured:
-        return f"the plan has {reading.threads} threads, {spare} kept spare"
-    return f"the plan leaves {reading.threads - spare}: {reading.threads} threads, {spare} spare, none held by others"
+            return f"another consumer holds all {threads} plan threads"
+        return f"all {threads} plan threads busy, another consumer holds at least {others}"
+    if others:
+        return f"another consumer holds {others} of {threads} plan threads"
+    if threads - spare < configured:
+        return f"the plan has {threads} threads, {spare} kept spare"
+    return f"the plan leaves {threads - spare}: {threads} threads, {spare} spare, none held by others"
 
 
 def decide(configured: int, spare: int, reading: Reading, current: int, proposed: int | None) -> Decision:
@@ -79,10 +90,11 @@ def decide(configured: int, spare: int, reading: Reading, current: int, proposed
 
     `proposed` is the previous reading's `target` (None for none): a rise needs both to allow it.
     """
-    target = target_cap(configured, spare, reading)
     reason = why(configured, spare, reading)
-    if target < current:
-        return Decision(target, reason, target)
+    generous = target_cap(configured, spare, reading)  # others hold at least reading.others
+    if generous < current:
+        return Decision(generous, reason, generous)
+    target = target_cap(configured, spare, reading, reading.others_at_most)
     saturated = reading.working >= reading.threads
     if target > current and not saturated and proposed is not None and proposed > current:
         return Decision(min(target, proposed), reason, target)
@@ -94,9 +106,9 @@ class Plan(Protocol):
 
 
 class Signals(Protocol):
-    """What the solves tell the governor: their count, and when one was last refused as busy."""
+    """What the solves tell the governor: which are in flight, and when one was last refused as busy."""
 
-    def count(self) -> int: ...
+    def names(self) -> set[str]: ...
 
     def last_poke(self) -> float: ...
 
@@ -144,12 +156,14 @@ class Governor:
 
         `seen`: (threads, working) just read by someone else, instead of asking again.
         """
+        before = self.signals.names()
         try:
             threads, working = seen if seen is not None else self.plan.threads()
         except ExportError as err:
             log.warning("cap: threadsinfo answered %s; the cap stays %s", err, self.cap)
             return None
-        reading = Reading(threads, working, self.signals.count())
+        after = self.signals.names()
+        reading = Reading(threads, working, len(before | after), len(before & after))
         current = self.configured if self.cap is None else self.cap
         decision = decide(self.configured, self.spare, reading, current, self._proposed)
         self._proposed = decision.target

@@ -46,22 +46,25 @@ class InFlight:
         finally:
             path.unlink(missing_ok=True)
 
-    def count(self) -> int:
+    def names(self) -> set[str]:
+        """The solves in flight now, by file name; those of dead processes are dropped."""
         try:
             names = [p.name for p in self.dir.iterdir()]
         except FileNotFoundError:
-            return 0
-        live = 0
+            return set()
+        live = set()
         for name in names:
-            try:
-                pid = int(name.split("-", 1)[0])
-            except ValueError:
+            pid = name.split("-", 1)[0]
+            if not pid.isdigit():
                 continue
-            if alive(pid):
-                live += 1
+            if alive(int(pid)):
+                live.add(name)
             else:
                 (self.dir / name).unlink(missing_ok=True)
         return live
+
+    def count(self) -> int:
+        return len(self.names())
 
     def poke(self) -> None:
         """Ask for a plan reading now (a submit was refused for busy threads)."""

@@ -34,6 +34,15 @@ def test_own_solves_are_not_another_consumers_share():
     assert Reading(5, 3, own=4).others == 0  # a solve counted before its submit reached the service
 
 
+def test_solves_starting_or_ending_around_a_reading_move_nothing():
+    # Two of ours were seen in only one of the counts around the reading: others hold 1 to 3.
+    shaky = Reading(5, 4, own=3, steady=1)
+    assert (shaky.others, shaky.others_at_most) == (1, 3)
+    assert step(shaky, current=3).cap == 3  # not lowered: others may hold only 1
+    assert step(shaky, current=1, proposed=3).cap == 1  # not raised: others may hold 3
+    assert step(Reading(5, 4, own=1, steady=1), current=3).cap == 1  # lowered once sure
+
+
 def test_a_rise_needs_two_readings_that_allow_it_and_takes_the_lower():
     free = Reading(5, 0, 0)
     first = step(free, current=2)
@@ -78,8 +87,8 @@ class FakeSignals:
         self.own = own
         self.poked = 0.0
 
-    def count(self):
-        return self.own
+    def names(self):
+        return {f"1-{n}" for n in range(self.own)}
 
     def last_poke(self):
         return self.poked
