@@ -31,6 +31,8 @@ def day_health(day, regions, facts):
             "refused_tokens": f["refused_tokens"],
             "transient_errors": f["transient_errors"],
             "idle_slot_seconds": f["idle_slot_seconds"],
+            "resent_submits": f.get("resent_submits", []),
+            "seconds_below_cap": f.get("seconds_below_cap", 0.0),
         }
     ok = [r for r in per_region.values() if r["status"] == "ok"]
     unsolvable = sorted(name for name, r in per_region.items() if r["status"] == "unsolvable")
@@ -45,6 +47,7 @@ def day_health(day, regions, facts):
         "submits": sum(len(r["task_ids"]) for r in per_region.values()),
         "refused_tokens": sum(r["refused_tokens"] for r in per_region.values()),
         "idle_slot_seconds": sum(r["idle_slot_seconds"] for r in per_region.values()),
+        "resent_submits": sum(len(r["resent_submits"]) for r in per_region.values()),
         "regions": per_region,
     }
 
