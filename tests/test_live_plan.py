@@ -90,6 +90,10 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
     proc = cli.start("backfill", *BACKFILL, **env)
     wait_for(lambda: len(live.tasks()) >= 6, "the backfill got going")
     other_consumer(live, 2, seconds=1.5)
+    if scheduler == "central":  # the cap in force is luigid's resource total: the visualiser's Resources page
+        wait_for(lambda: "cap 4 → 2" in cli.output(proc)[1], "the cap came down")
+        resources = {r["name"]: r for r in request.getfixturevalue("central").rpc("resource_list")}
+        assert resources["captchaai"]["num_total"] == 2
     code = proc.wait(timeout=90)
     watch.end()
     err = cli.output(proc)[1]

@@ -19,6 +19,17 @@ def test_make_plan_prints_threads_cap_workers_and_ok(live, cli):
     assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.err
 
 
+def test_make_plan_says_the_cap_the_plan_leaves_and_the_last_change(live, cli, central):
+    assert live.occupy_threads(2, 1000) == 2  # another consumer, for 10 s
+    central.rpc("update_resource", resource="captchaai", amount=2)  # as a run's governor left it
+    run = cli("plan", **central.env)
+    assert f"plan: 5 threads, 2 working now; cap 2 solves (luigid's at {central.url}), 4 workers: ok" in run.err
+    assert (
+        "cap: 2 of 4 configured, following the plan "
+        "(another consumer holds 2 of 5 plan threads; 0 solves of ours in flight)"
+    ) in run.err
+
+
 @pytest.mark.parametrize(
     "case, verdict",
     [
