@@ -76,7 +76,8 @@ class LuigidCap:
         self.url = url
 
     def set(self, cap: int) -> None:
-        luigi.rpc.RemoteScheduler(self.url).update_resource(RESOURCE, cap)
+        # luigid's update_resource RPC: RemoteScheduler gets Scheduler's rpc methods at import
+        luigi.rpc.RemoteScheduler(self.url).update_resource(RESOURCE, cap)  # type: ignore[attr-defined]
 
 
 class SchedulerFactory(luigi.interface._WorkerSchedulerFactory):
