@@ -199,6 +199,7 @@ class Steward:
         self.registry.mkdir(exist_ok=True)
         self.me.touch()
         if not self._try_own():
+            self.seen = None  # the plan check's reading is stale by the time this run takes over
             log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
             self._waiter = threading.Thread(target=self._wait_to_own, name="plan-steward", daemon=True)
             self._waiter.start()

@@ -8,6 +8,7 @@ the governor writes as it sets the scheduler's resource). One period after a cha
 exceed it.
 """
 
+import itertools
 import json
 import re
 import threading
@@ -159,9 +160,9 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
     owners = [c["pid"] for c in changes]
     blocks = [pid for i, pid in enumerate(owners) if i == 0 or owners[i - 1] != pid]
     assert len(blocks) == len(set(blocks)) <= 2, changes  # no fight: one run sets it, then maybe the other
-    caps = [c["cap"] for c in changes]
-    # start, down and up twice, maybe the takeover's first reading and the last run's restore
-    assert caps.count(2) == 2 and len(caps) <= 7, changes
+    caps = [c["cap"] for i, c in enumerate(changes) if i == 0 or changes[i - 1]["cap"] != c["cap"]]
+    # down (through 3 when the consumer's threads come a reading apart) and back up, twice: no fight
+    assert sum(a == 4 and b < 4 for a, b in itertools.pairwise(caps)) == 2 and len(caps) <= 9, changes
     assert {r["name"]: r["num_total"] for r in central.rpc("resource_list")}["captchaai"] == 4  # restored
 
 
