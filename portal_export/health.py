@@ -1,6 +1,8 @@
 """A day's solve health, from the facts each region recorded, and its validation."""
 
 import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import PermanentError
 
@@ -9,7 +11,7 @@ class DayValidationError(PermanentError):
     """Too many regions given up as unsolvable for the day to count as exported."""
 
 
-def p95(values):
+def p95(values: Iterable[float]) -> float | None:
     """95th percentile by nearest rank; None for no values."""
     ordered = sorted(values)
     if not ordered:
@@ -17,7 +19,7 @@ def p95(values):
     return ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
 
 
-def day_health(day, regions, facts):
+def day_health(day: object, regions: list[str], facts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
     per_region = {}
     for region in regions:
@@ -52,7 +54,7 @@ def day_health(day, regions, facts):
     }
 
 
-def validate(health, max_unsolvable_ratio):
+def validate(health: Mapping[str, Any], max_unsolvable_ratio: float) -> None:
     """Raise DayValidationError when the unsolvable ratio is above the limit."""
     if health["unsolvable_ratio"] > max_unsolvable_ratio:
         raise DayValidationError(
