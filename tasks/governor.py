@@ -151,11 +151,12 @@ class Steward:
             set_cap=self.set_cap,
             blocked=self.blocked,
         )
-        key = _scheduler_key(url) if url else f"local-{os.getpid()}"
+        key = _scheduler_key(url or "local")
         self.lock_path = self.state / f"governor-{key}.lock"
         self.registry = self.state / "governors"
         self.me = self.registry / f"{os.getpid()}-{key}"
         self._lock: Any = None
+        self._owner = False
         self._stop = threading.Event()
         self._waiter: threading.Thread | None = None
 
@@ -176,13 +177,15 @@ class Steward:
             self.target.set(self.configured)
 
     def _try_own(self) -> bool:
-        f = open(self.lock_path, "a")  # noqa: SIM115 (held for as long as this run owns the cap)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            return False
-        self._lock = f
+        if self.url:  # a local scheduler is this run's alone: nobody to share it with
+            f = open(self.lock_path, "a")  # noqa: SIM115 (held for as long as this run owns the cap)
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                return False
+            self._lock = f
+        self._owner = True
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
         self.governor.start(self.seen)
         self.seen = None
@@ -196,8 +199,9 @@ class Steward:
 
     def start(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
-        self.registry.mkdir(exist_ok=True)
-        self.me.touch()
+        if self.url:
+            self.registry.mkdir(exist_ok=True)
+            self.me.touch()
         if not self._try_own():
             self.seen = None  # the plan check's reading is stale by the time this run takes over
             log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
@@ -220,14 +224,15 @@ class Steward:
         if self._waiter is not None:
             self._waiter.join(timeout=5)
         self.me.unlink(missing_ok=True)
-        if self._lock is None:
+        if not self._owner:
             return
         self.governor.stop()
         self.caplog.set_busy(None)
         if self.url and self.cap != self.configured and not self._others_running():
             # The last run out: luigid keeps the configured cap until a run follows the plan again.
             self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
-        self._lock.close()
+        if self._lock is not None:
+            self._lock.close()
 
 
 def plan_client() -> CaptchaAI:
