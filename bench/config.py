@@ -14,6 +14,7 @@ FIRST_POLL_S = 1.5  # CaptchaAI's 15 s for reCAPTCHA v2, scaled
 POLL_EVERY_S = 0.5  # its 5 s, scaled
 TIMEOUT_S = 12.0  # the pipeline's 120 s solve deadline, scaled
 RETRY_BASE_S = RETRY_JITTER_S = 1.0  # [portal] backoff: 10 s +- 10 s, scaled
+PLAN_EVERY_S = 3.0  # [captchaai] plan_every_s: the plan re-read every 30 s, scaled
 REGIONS = ("north", "south", "east", "west")
 
 # Solve times: lognormal, median 30 s real (3 s here), sigma 0.45: a few of every hundred past 8 s.
@@ -59,6 +60,7 @@ def layered_cfg(cap, workers=None, worker_overrides=None, timings=None):
             "first_poll_s": FIRST_POLL_S,
             "poll_every_s": POLL_EVERY_S,
             "timeout_s": TIMEOUT_S,
+            "plan_every_s": PLAN_EVERY_S,
             **(timings or {}),
         },
         "portal": {"retry_base_s": RETRY_BASE_S, "retry_jitter_s": RETRY_JITTER_S},
@@ -93,6 +95,8 @@ class Case:
     scheduler: str = "local"  # or "central": a luigid of the run's own, holding the cap
     sandbox: dict = field(default_factory=dict)  # SandboxConfig fields over the bench's (tests)
     timings: dict = field(default_factory=dict)  # [captchaai] keys over the bench's (tests)
+    # Another consumer on the key: (from s, until s, threads), seconds after the command starts
+    other: tuple | None = None
 
     @property
     def concurrency(self):

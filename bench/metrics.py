@@ -37,6 +37,21 @@ def lower_bound(solve_seconds, cap, first_poll, poll_every):
     return max(sum(ps) / cap, max(ps)) if ps else 0.0
 
 
+def lower_bound_with_capacity(solve_seconds, capacity, first_poll, poll_every):
+    """As lower_bound, with slots that change over time: `capacity` is [(from s after the start,
+    slots)], sorted, the first from 0. The work sum p fits in no less time than that."""
+    ps = [p(s, first_poll, poll_every) for s in solve_seconds]
+    if not ps:
+        return 0.0
+    work = sum(ps)
+    for i, (start, slots) in enumerate(capacity):
+        end = capacity[i + 1][0] if i + 1 < len(capacity) else math.inf
+        if slots > 0 and work <= slots * (end - start):
+            return max(start + work / slots, max(ps))
+        work -= slots * (end - start)
+    return math.inf
+
+
 def peak_concurrency(intervals):
     """Most [start, end) intervals open at once (one ending as another starts is no overlap)."""
     events = sorted([(e, -1) for _, e in intervals] + [(s, 1) for s, _ in intervals])
@@ -120,4 +135,40 @@ def summarize(run, first_poll, poll_every):
         "tail_s": t1 - last_post,  # last post -> exit
         "end_idle_s": sum(last_post - e for e in slot_ends),  # slots out of work before the last post
         "added_per_region_s": (slots * makespan - sum(p(s, first_poll, poll_every) for s in solves)) / n if n else None,
+    }
+
+
+def free_capacity(run, threads):
+    """[(from s, slots)] of the threads actually free to the run: min(cap, plan threads - those the
+    other consumer held), from when it took each to when it let them go."""
+    other = run.get("other")
+    if not other:
+        return [(0.0, run["cap"])]
+    t0 = run["t_start"]
+    steps = [(0.0, run["cap"])]
+    for held, taken in enumerate(sorted(run["other_taken_at"]), 1):
+        steps.append((taken - t0, min(run["cap"], max(0, threads - held))))
+    steps.append((other["until_s"], run["cap"]))
+    return steps
+
+
+def plan_summary(run, threads, first_poll, poll_every, regions):
+    """The another-consumer measures of one run (see bench/__main__.py's plan table)."""
+    from portal_export.caplog import seconds_below  # the same count the health files make
+
+    base = summarize(run, first_poll, poll_every)
+    by_id = {t["id"]: t for t in run["tasks"]}
+    solves = [by_id[i]["solve_s"] for i in run["delivered"].values()]
+    bound = lower_bound_with_capacity(solves, free_capacity(run, threads), first_poll, poll_every)
+    delivered_days = {key.split("/")[0] for key in run["delivered"]}
+    days_ok = sum(all(f"{d}/{r}" in run["delivered"] for r in regions) for d in delivered_days)
+    changes = run.get("cap_changes", [])
+    return {
+        **base,
+        "days_ok": days_ok,
+        "refused": run["stats"]["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE", 0),
+        "free_bound_s": bound,
+        "free_ratio": base["makespan_s"] / bound if bound else None,
+        "cap_changes": max(0, len(changes) - 1),  # the first line is the cap it started with
+        "seconds_below_cap": seconds_below(changes, *run["wall"]) if changes else 0.0,
     }

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -62,6 +63,25 @@ class TreeSampler(threading.Thread):
         return True
 
 
+class OtherConsumer(threading.Thread):
+    """Another consumer of the key: from `start` to `end` (sandbox clock) it holds `n` threads, taking
+    each as soon as one is free, as a real one would (the sandbox lets it take only free threads)."""
+
+    def __init__(self, sb, start, end, n):
+        super().__init__(daemon=True)
+        self.sb, self.start_t, self.end_t, self.n = sb, start, end, n
+        self.stop = threading.Event()
+        self.taken_at = []
+
+    def run(self):
+        self.stop.wait(max(0.0, self.start_t - self.sb.now()))
+        while len(self.taken_at) < self.n and not self.stop.is_set() and self.sb.now() < self.end_t:
+            if self.sb.occupy_threads(1, (self.end_t - self.sb.now()) / config.TIME_SCALE):
+                self.taken_at.append(self.sb.now())
+            else:
+                self.stop.wait(0.01)
+
+
 def region_outcomes(data_dir, days, regions):
     """{"day/region": delivering task id} from the region targets the tasks wrote."""
     delivered = {}
@@ -73,6 +93,12 @@ def region_outcomes(data_dir, days, regions):
                 if facts["status"] == "ok":
                     delivered[f"{day}/{region}"] = facts["task_ids"][-1]
     return delivered
+
+
+def cap_changes(data_dir):
+    """The cap log the run's governor wrote (portal_export.caplog), if any."""
+    path = Path(data_dir) / "_state" / "cap-log.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @contextlib.contextmanager
@@ -141,13 +167,20 @@ def run(case, out_dir):
                 if case.design == "luigi"
                 else {"stdout": result, "stderr": log}
             )
-            t_start = sb.now()
+            t_start, wall_start = sb.now(), time.time()
+            other = None
+            if case.other:
+                other = OtherConsumer(sb, t_start + case.other[0], t_start + case.other[1], case.other[2])
+                other.start()
             proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **streams)
             sampler = TreeSampler(proc.pid)
             sampler.start()
             _, status, usage = os.wait4(proc.pid, 0)  # rusage: the command and every task process
-            t_end = sb.now()
+            t_end, wall_end = sb.now(), time.time()
             proc.returncode = os.waitstatus_to_exitcode(status)
+            if other is not None:
+                other.stop.set()
+                other.join()
         sampler.stop.set()
         sampler.join()
         tasks, stats = sb.tasks(), sb.stats()
@@ -175,6 +208,10 @@ def run(case, out_dir):
         "load": os.getloadavg()[0],  # the machine is shared: a busy minute shows here
         "cpu": {"main_s": sampler.root_cpu, "total_s": usage.ru_utime + usage.ru_stime},
         "luigid": scheduler,
+        "other": case.other and {"from_s": case.other[0], "until_s": case.other[1], "threads": case.other[2]},
+        "other_taken_at": other.taken_at if other is not None else [],
+        "cap_changes": cap_changes(data_dir),
+        "wall": [wall_start, wall_end],
         "mem": {
             "main_rss_mb": sampler.root_rss / MB,
             "task_rss_mb": sampler.child_rss / MB,

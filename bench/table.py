@@ -98,6 +98,29 @@ def side_by_side(columns):
     return _render(["measure", "target", *[title for title, _, _ in columns]], rows)
 
 
+def plan_table(columns):
+    """The another-consumer pair: what the cap following the plan changes beside the fixed cap."""
+    rows = []
+
+    def row(label, cell):
+        rows.append([label, *[cell(s, r) for _, s, r in columns]])
+
+    row("days delivered / asked", lambda s, r: f"{s['days_ok']}/{r['days']}")
+    row("regions delivered / asked", lambda s, r: s["regions"])
+    row("exit code", lambda s, r: str(r["exit"]))
+    row("refused submits (busy threads)", lambda s, r: str(s["refused"]))
+    row("solves submitted per delivered region", lambda s, r: _f(s["solves_per_region"], ".3f"))
+    row("makespan s", lambda s, r: _f(s["makespan_s"], ".1f"))
+    row("lower bound s, threads actually free", lambda s, r: _f(s["free_bound_s"], ".1f"))
+    row("makespan / that bound", lambda s, r: _f(s["free_ratio"], ".3f"))
+    row(
+        "peak plan threads in use (ours + other)",
+        lambda s, r: f"{s['peak_threads']} of {r['stats']['threads']['limit']}",
+    )
+    row("cap changes, s below the configured cap", lambda s, r: f"{s['cap_changes']}, {s['seconds_below_cap']:.1f}")
+    return _render(["another consumer holds 2 threads for a third", *[title for title, _, _ in columns]], rows)
+
+
 def scale_table(columns):
     rows = []
     for title, s, r in columns:

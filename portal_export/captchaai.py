@@ -4,26 +4,41 @@ The key travels only in POST form bodies: requests puts URLs (with their query s
 exception messages, and servers log query strings, so a key in a URL ends up in tracebacks and logs.
 """
 
+from __future__ import annotations
+
+import contextlib
 import logging
 import re
 import time
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import requests
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from .errors import NOT_READY, ZERO_BALANCE, KeyLevelError, TransientError, classify
+from .errors import NOT_READY, ZERO_BALANCE, ExportError, KeyLevelError, TransientError, classify
+
+if TYPE_CHECKING:
+    from .breaker import KeyBreaker
+    from .inflight import InFlight
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://ocr.captchaai.com"
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+NETWORK_ERROR = "NETWORK_ERROR"
+# A submit the service explicitly failed on its side created no task: sent again at once, this many
+# times, instead of costing a region attempt and its backoff. A reset or a timeout after the request
+# left stays an attempt: a task may exist.
+SUBMIT_RESENDS = 2
+_SERVER_SAID_RETRY = frozenset({"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"})
 
 
 class Answer(NamedTuple):
     """One response in one shape, whatever the service sent: JSON, plain text or an HTML page."""
 
     ok: bool
-    value: object  # the payload when ok, else the error code
+    value: Any  # the payload when ok, else the error code
 
 
 class Solve(NamedTuple):
@@ -32,7 +47,27 @@ class Solve(NamedTuple):
     seconds: float
 
 
-def normalize(resp):
+class Reply(NamedTuple):
+    answer: Answer
+    detail: str  # the exception's class name on a network error, else ""
+    unsent: bool  # the connection failed before the request left: the service saw nothing
+
+
+def _never_sent(exc: requests.RequestException) -> bool:
+    """Refused or unreachable before a byte was sent (urllib3 raises these only while connecting)."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0] if exc.args else None, "reason", None)
+    return isinstance(reason, NewConnectionError | ConnectTimeoutError)
+
+
+def resendable(reply: Reply) -> bool:
+    """The service said the submit failed on its side, or it never reached the service."""
+    code = str(reply.answer.value)
+    return reply.unsent or code in _SERVER_SAID_RETRY or re.fullmatch(r"HTTP_5\d\d", code) is not None
+
+
+def normalize(resp: requests.Response) -> Answer:
     """Read a JSON body, a plain-text code despite json=1, or an HTML error page alike."""
     try:
         body = resp.json()
@@ -58,18 +93,19 @@ class CaptchaAI:
 
     def __init__(
         self,
-        api_key,
-        api_base=DEFAULT_API_BASE,
+        api_key: str,
+        api_base: str = DEFAULT_API_BASE,
         *,
-        timeout_s=120.0,
-        first_poll_s=15.0,
-        poll_every_s=5.0,
-        http_timeout_s=30.0,
-        session=None,
-        breaker=None,
-        clock=time.monotonic,
-        sleep=time.sleep,
-    ):
+        timeout_s: float = 120.0,
+        first_poll_s: float = 15.0,
+        poll_every_s: float = 5.0,
+        http_timeout_s: float = 30.0,
+        session: requests.Session | None = None,
+        breaker: KeyBreaker | None = None,
+        inflight: InFlight | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not api_key:
             raise KeyLevelError("NO_API_KEY", "set CAPTCHAAI_API_KEY")
         self._key = api_key
@@ -80,44 +116,63 @@ class CaptchaAI:
         self.http_timeout_s = float(http_timeout_s)
         self._session = session or requests.Session()
         self._breaker = breaker
+        self._inflight = inflight
         self._clock = clock
         self._sleep = sleep
+        self.resent: list[str] = []  # codes of submits sent again at once, for the region's facts
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
 
-    def _call(self, endpoint, fields):
+    def _call(self, endpoint: str, fields: dict[str, Any]) -> Reply:
         """POST one request; every call goes through here for the timeout, breaker and normalizing."""
         if self._breaker is not None:
             self._breaker.check()
-        failure = None
+        failure, unsent = "", False
         try:
             resp = self._session.post(
                 f"{self.api_base}/{endpoint}", timeout=self.http_timeout_s, data={"key": self._key, "json": 1, **fields}
             )
         except requests.RequestException as exc:
             # Raised outside the handler, so no traceback chains the message that quotes the URL.
-            failure = type(exc).__name__
+            failure, unsent = type(exc).__name__, _never_sent(exc)
         if failure:
-            return Answer(False, "NETWORK_ERROR"), failure
-        return normalize(resp), ""
+            return Reply(Answer(False, NETWORK_ERROR), failure, unsent)
+        return Reply(normalize(resp), "", False)
 
-    def _error(self, code, detail="", cls=None):
+    def _error(self, code: str, detail: str = "", cls: type[ExportError] | None = None) -> ExportError:
         err = cls(code, detail) if cls is not None else classify(code, detail)
         if isinstance(err, KeyLevelError) and self._breaker is not None:
             self._breaker.trip(code, detail)
         return err
 
-    def submit(self, params):
+    def _send_submit(self, fields: dict[str, Any]) -> Reply:
+        """in.php, sent again at once (SUBMIT_RESENDS times at most) while the service says so."""
+        for resends_left in range(SUBMIT_RESENDS, -1, -1):
+            reply = self._call("in.php", fields)
+            if reply.answer.ok or not resendable(reply) or not resends_left:
+                return reply
+            code = str(reply.answer.value)
+            self.resent.append(code)
+            log.warning(
+                "CaptchaAI submit failed with %s%s; sending it again at once",
+                code,
+                " before it left" if reply.unsent else "",
+            )
+        raise AssertionError("unreachable")
+
+    def submit(self, params: dict[str, Any]) -> str:
         """Start a task; returns its id. Tells a busy plan from one with no active plan."""
         fields = {"method": "userrecaptcha", **params}
         idle = True  # no thread working at either refusal: how a key without an active plan looks
         for _ in range(2):
-            (ok, value), detail = self._call("in.php", fields)
+            (ok, value), detail, _ = self._send_submit(fields)
             if ok:
                 return str(value)
             if value != ZERO_BALANCE:
                 raise self._error(value, detail or "in.php")
+            if self._inflight is not None:
+                self._inflight.poke()  # the plan is fuller than the cap assumed: re-read it now
             threads, working = self.threads()
             if working >= threads:
                 # Our own solves stay under the cap, so a full plan means someone else uses the key
@@ -144,7 +199,7 @@ class CaptchaAI:
             KeyLevelError,
         )
 
-    def poll(self, task_id, deadline, on_poll=None):
+    def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], None] | None = None) -> str:
         """Poll one task on a fixed grid (first_poll_s, then every poll_every_s) until token or deadline.
 
         Transient answers keep polling the same task: its thread is paid for already.
@@ -154,7 +209,7 @@ class CaptchaAI:
         polls = 0
         while tick <= deadline:
             self._sleep(max(0.0, tick - self._clock()))
-            (ok, value), detail = self._call("res.php", {"action": "get", "id": task_id})
+            (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id})
             polls += 1
             if ok:
                 return str(value)  # the token goes straight to its post: no progress report first
@@ -169,23 +224,33 @@ class CaptchaAI:
             tick = max(tick, self._clock())
         raise TransientError("POLL_DEADLINE", f"task {task_id} not solved within {self.timeout_s:g} s")
 
-    def solve(self, params, on_submit=None, on_poll=None):
+    def solve(
+        self,
+        params: dict[str, Any],
+        on_submit: Callable[[str], None] | None = None,
+        on_poll: Callable[[str, int, float], None] | None = None,
+    ) -> Solve:
         """Submit and poll; returns (token, task_id, seconds from submit to token).
 
         `on_submit(task_id)` hears of the task as soon as it exists, so a caller can account for
-        tasks whose solve then fails.
+        tasks whose solve then fails. The solve counts as in flight from before its submit to its
+        last poll: never fewer than the plan threads it holds.
         """
-        start = self._clock()
-        task_id = self.submit(params)
-        log.info("CaptchaAI task %s submitted", task_id)
-        if on_submit is not None:
-            on_submit(task_id)
-        token = self.poll(task_id, start + self.timeout_s, on_poll)
-        return Solve(token, task_id, self._clock() - start)
+        with self._in_flight():
+            start = self._clock()
+            task_id = self.submit(params)
+            log.info("CaptchaAI task %s submitted", task_id)
+            if on_submit is not None:
+                on_submit(task_id)
+            token = self.poll(task_id, start + self.timeout_s, on_poll)
+            return Solve(token, task_id, self._clock() - start)
 
-    def threads(self):
+    def _in_flight(self) -> contextlib.AbstractContextManager[None]:
+        return self._inflight.solving() if self._inflight is not None else contextlib.nullcontext()
+
+    def threads(self) -> tuple[int, int]:
         """(plan threads, threads working now)."""
-        (ok, value), detail = self._call("res.php", {"action": "threadsinfo"})
+        (ok, value), detail, _ = self._call("res.php", {"action": "threadsinfo"})
         if not ok:
             raise self._error(value, detail or "threadsinfo")
         try:
@@ -193,9 +258,9 @@ class CaptchaAI:
         except (KeyError, TypeError, ValueError):
             raise TransientError("UNRECOGNIZED_ANSWER", "threadsinfo without threads/working_threads") from None
 
-    def report_bad(self, task_id):
+    def report_bad(self, task_id: str) -> bool:
         """Tell CaptchaAI a token was refused; best effort, as the report changes nothing here."""
-        (ok, value), _ = self._call("res.php", {"action": "reportbad", "id": task_id})
+        (ok, value), _, _ = self._call("res.php", {"action": "reportbad", "id": task_id})
         if not ok:
             log.warning("CaptchaAI reportbad for task %s answered %s", task_id, value)
         return ok

@@ -23,6 +23,8 @@ class RegionHealth(TypedDict):
     refused_tokens: int
     transient_errors: list[str]
     idle_slot_seconds: float
+    resent_submits: list[str]  # submits the service failed explicitly and the client sent again
+    seconds_below_cap: float  # while the region ran, the cap in force was below [resources] captchaai
 
 
 class DayHealth(TypedDict):
@@ -38,6 +40,7 @@ class DayHealth(TypedDict):
     submits: int
     refused_tokens: int
     idle_slot_seconds: float
+    resent_submits: int
     regions: dict[str, RegionHealth]
 
 
@@ -64,6 +67,8 @@ def day_health(day: datetime.date | str, regions: Collection[str], facts: Mappin
             "refused_tokens": f["refused_tokens"],
             "transient_errors": f["transient_errors"],
             "idle_slot_seconds": f["idle_slot_seconds"],
+            "resent_submits": f.get("resent_submits", []),
+            "seconds_below_cap": f.get("seconds_below_cap", 0.0),
         }
     ok = [r for r in per_region.values() if r["status"] == "ok"]
     unsolvable = sorted(name for name, r in per_region.items() if r["status"] == "unsolvable")
@@ -79,6 +84,7 @@ def day_health(day: datetime.date | str, regions: Collection[str], facts: Mappin
         "submits": sum(len(r["task_ids"]) for r in per_region.values()),
         "refused_tokens": sum(r["refused_tokens"] for r in per_region.values()),
         "idle_slot_seconds": sum(r["idle_slot_seconds"] for r in per_region.values()),
+        "resent_submits": sum(len(r["resent_submits"]) for r in per_region.values()),
         "regions": per_region,
     }
 

@@ -24,7 +24,7 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import alerting, config, probe, scheduler, targets
+from . import alerting, config, governor, probe, scheduler, targets
 from .day import DayExport
 from .login import check_login
 from .region import RegionExport, make_solver
@@ -139,6 +139,7 @@ def plan_check(args, strict=False, url=None):
         f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
         + ("ok" if not problems else "; ".join(problems))
     )
+    say(governor.describe(url, threads, working))
     if working >= threads:
         say(
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
@@ -238,7 +239,8 @@ def run_luigi(args, task_argv, days, redone_at=None):
     if args.workers:
         argv += ["--workers", str(args.workers)]
     try:
-        luigi.retcodes.run_with_retcodes(argv)
+        with governor.following_plan(url) as (plan_argv, factory):  # the cap follows the plan meanwhile
+            governor.run_with_retcodes(argv + plan_argv, factory)
     except SystemExit as done:
         code = done.code or 0
     else:

@@ -1,13 +1,15 @@
 """DayExport: the day's four regions, validated, as one records file and one health file."""
 
 import json
+import time
 from pathlib import Path
 
 import luigi
 
+from portal_export.caplog import CapLog
 from portal_export.health import day_health, validate
 
-from . import config, targets
+from . import config, governor, targets
 from .base import PortalTask
 from .region import RegionExport
 
@@ -39,6 +41,11 @@ class DayExport(PortalTask):
                 facts[region] = json.load(f)
             self.set_progress_percentage(int(100 * done / len(regions)))
         health = day_health(self.date, regions, facts)
+        # From the start of the run that completes it: the time the run spent under a lowered cap
+        # before the day was complete (its regions waiting for a slot included).
+        starts = [f["started_at"] for f in facts.values() if "started_at" in f]
+        started = governor.run_started() or min(starts, default=time.time())
+        health["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, time.time())
         try:
             validate(health, config.portal().max_unsolvable_ratio)
         except Exception:

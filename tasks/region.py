@@ -2,14 +2,18 @@
 
 import json
 import logging
+import time
 
 import luigi
 
 from portal_export.breaker import KeyBreaker
+from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
+from portal_export.errors import PermanentError
 from portal_export.export import export_region
+from portal_export.inflight import InFlight
 
-from . import config, targets
+from . import config, governor, targets
 from .base import PortalTask
 from .login import portal_login
 
@@ -29,6 +33,7 @@ def make_solver():
         poll_every_s=cfg.poll_every_s,
         http_timeout_s=cfg.http_timeout_s,
         breaker=breaker,
+        inflight=InFlight(config.state_dir()),  # the governor counts our solves through it
     )
 
 
@@ -60,6 +65,10 @@ class RegionExport(PortalTask):
         return make_solver()
 
     def work(self):
+        busy = governor.plan_busy()
+        if busy:  # the run waited its deadline for a plan thread: fail clearly, sending nothing
+            raise PermanentError("PLAN_BUSY", f"{busy} (CaptchaAI plan of this key; rerun once it frees)")
+        started = time.time()
         attempt = 1
         timeout = config.captchaai().timeout_s
 
@@ -73,11 +82,12 @@ class RegionExport(PortalTask):
             self.set_progress_percentage(min(95, int(100 * elapsed / timeout)))
 
         p = config.portal()
+        solver = self.make_solver()
         outcome = export_region(
             self.date,
             self.region,
             config.portal_base_url(),
-            self.make_solver(),
+            solver,
             attempts=p.attempts,
             retry_base_s=p.retry_base_s,
             retry_jitter_s=p.retry_jitter_s,
@@ -87,6 +97,10 @@ class RegionExport(PortalTask):
             on_poll=on_poll,
         )
         facts = outcome.to_dict()
+        ended = time.time()
+        facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
+        facts["started_at"], facts["ended_at"] = started, ended
+        facts["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, ended)
         with self.output().open("w") as f:
             json.dump(facts, f, ensure_ascii=False)
         log.info(

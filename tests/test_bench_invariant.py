@@ -119,3 +119,16 @@ def test_summarize_a_hand_made_run():
     assert s["handoff_s"] == pytest.approx(3.6 - 3.55)  # task 3 took the slot task 1 freed
     assert s["tail_s"] == pytest.approx(8.0 - 5.12)
     assert s["added_per_region_s"] == pytest.approx((2 * 8.0 - 7.5) / 3)
+
+
+def test_the_bound_with_slots_that_change_over_time():
+    # 8 solves of p = 3 s: 24 slot-seconds; 4 slots for 2 s (8), then 2 slots: 8 s more (16).
+    assert metrics.lower_bound_with_capacity([3.0] * 8, [(0.0, 4), (2.0, 2), (10.0, 4)], FP, EVERY) == 10.0
+    assert metrics.lower_bound_with_capacity([3.0] * 8, [(0.0, 4)], FP, EVERY) == 6.0  # = lower_bound
+    assert metrics.lower_bound_with_capacity([9.0], [(0.0, 4)], FP, EVERY) == 9.0  # max p
+
+
+def test_threads_actually_free_while_another_consumer_holds_some():
+    run = {"cap": 4, "t_start": 100.0, "other": {"until_s": 20.0}, "other_taken_at": [105.0, 106.0]}
+    # plan of 5: one taken leaves 4 (the cap), two leave 3, until the consumer lets go
+    assert metrics.free_capacity(run, 5) == [(0.0, 4), (5.0, 4), (6.0, 3), (20.0, 4)]

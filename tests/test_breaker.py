@@ -111,7 +111,7 @@ def test_no_active_plan_trips_it(api, tmp_path):
     "body, cls",
     [
         ({"status": 0, "request": "ERROR_PAGEURL"}, PermanentError),
-        ({"status": 0, "request": "ERROR_SERVER_ERROR"}, TransientError),
+        ({"status": 0, "request": "ERROR_PROXY_CONNECTION_FAILED"}, TransientError),  # not sent again: raised
     ],
 )
 def test_other_errors_leave_it_closed(api, tmp_path, body, cls):

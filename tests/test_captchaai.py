@@ -10,8 +10,9 @@ from urllib.parse import parse_qs
 import pytest
 import requests
 import responses
+from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
-from portal_export.captchaai import CaptchaAI, Solve
+from portal_export.captchaai import SUBMIT_RESENDS, CaptchaAI, Solve
 from portal_export.errors import KeyLevelError, PermanentError, TransientError, UnsolvableError
 
 API = "https://ocr.test"
@@ -59,6 +60,16 @@ def network_error():
         f"HTTPSConnectionPool(host='ocr.test'): Max retries exceeded with url: "
         f"/in.php?key={KEY}&json=1 (Caused by NewConnectionError)"
     )
+
+
+def refused_before_sent():
+    """What requests raises when nothing listens: the connection failed, no byte of the request left."""
+    return requests.ConnectionError(MaxRetryError(None, "/in.php", NewConnectionError(None, "Connection refused")))
+
+
+def reset_after_sent():
+    """The connection dropped once the request had left: the service may have created a task."""
+    return requests.ConnectionError(ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")))
 
 
 def render(answer):
@@ -172,7 +183,10 @@ CODE_TABLE = (
 )
 
 
-@pytest.mark.parametrize("code, cls", CODE_TABLE)
+RESENT = {"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"}  # the service says it failed on its side
+
+
+@pytest.mark.parametrize("code, cls", [(c, cls) for c, cls in CODE_TABLE if c not in RESENT])
 def test_submit_error_code_raises_its_class_after_one_request(api, client, code, cls):
     api.on("in.php", err(code))
     with pytest.raises(Exception) as info:
@@ -186,21 +200,65 @@ def test_submit_error_code_raises_its_class_after_one_request(api, client, code,
 @pytest.mark.parametrize(
     "answer, code",
     [
-        (html(500), "HTTP_500"),
-        (html(502), "HTTP_502"),
         (network_error(), "NETWORK_ERROR"),
+        (reset_after_sent(), "NETWORK_ERROR"),
         ((200, {"Content-Type": "text/html"}, "<html>maintenance</html>"), "UNRECOGNIZED_ANSWER"),
         ({"status": 0}, "UNRECOGNIZED_ANSWER"),
     ],
-    ids=["html-500", "html-502", "network", "unrecognizable-text", "unrecognizable-json"],
+    ids=["network", "reset-after-sent", "unrecognizable-text", "unrecognizable-json"],
 )
-def test_submit_transient_answers(api, client, answer, code):
+def test_submit_transient_answers_that_may_have_made_a_task_cost_the_attempt(api, client, answer, code):
     api.on("in.php", answer)
     with pytest.raises(TransientError) as info:
         client.submit(PARAMS)
     assert type(info.value) is TransientError
     assert info.value.code == code
-    assert api.sequence() == ["in.php"]
+    assert api.sequence() == ["in.php"]  # not sent again: the first may have created a task
+    assert client.resent == []
+    assert_keyless(info.value)
+
+
+@pytest.mark.parametrize(
+    "answer, code",
+    [
+        (html(500), "HTTP_500"),
+        (html(502), "HTTP_502"),
+        (html(503), "HTTP_503"),
+        (err("ERROR_SERVER_ERROR"), "ERROR_SERVER_ERROR"),
+        ("ERROR_SERVER_ERROR", "ERROR_SERVER_ERROR"),
+        (err("ERROR_INTERNAL_SERVER_ERROR"), "ERROR_INTERNAL_SERVER_ERROR"),
+        (refused_before_sent(), "NETWORK_ERROR"),
+        (requests.ConnectTimeout("connect timed out"), "NETWORK_ERROR"),
+    ],
+    ids=[
+        "html-500",
+        "html-502",
+        "html-503",
+        "server-error",
+        "server-error-text",
+        "internal",
+        "refused",
+        "connect-timeout",
+    ],
+)
+def test_a_submit_the_service_failed_explicitly_is_sent_again_at_once(api, client, clock, answer, code):
+    api.on("in.php", answer, ok("77"))
+    assert client.submit(PARAMS) == "77"
+    assert api.sequence() == ["in.php", "in.php"]
+    first, second = api.rsps.calls
+    assert fields(first) == fields(second)
+    assert clock.sleeps == []  # at once: no backoff
+    assert client.resent == [code]
+
+
+def test_submit_resends_are_bounded_then_the_attempt_fails_with_the_last_code(api, client, clock):
+    api.on("in.php", html(502), err("ERROR_SERVER_ERROR"), html(500), ok("never asked"))
+    with pytest.raises(TransientError) as info:
+        client.submit(PARAMS)
+    assert info.value.code == "HTTP_500"
+    assert api.sequence() == ["in.php"] * (1 + SUBMIT_RESENDS)
+    assert client.resent == ["HTTP_502", "ERROR_SERVER_ERROR"]
+    assert clock.sleeps == []
     assert_keyless(info.value)
 
 
@@ -294,7 +352,7 @@ def test_plain_text_token_and_not_ready(api, client):
 
 
 def test_html_502_page_is_code_http_502(api, client):
-    api.on("in.php", html(502))
+    api.on("in.php", *[html(502)] * (1 + SUBMIT_RESENDS))
     with pytest.raises(TransientError) as info:
         client.submit(PARAMS)
     assert info.value.code == "HTTP_502"

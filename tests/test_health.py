@@ -97,7 +97,10 @@ def test_day_health_all_ok():
         "refused_tokens": 1,
         "transient_errors": ["PORTAL_HTTP_403"],
         "idle_slot_seconds": 12.5,
+        "resent_submits": [],  # region files from before these keys read as none
+        "seconds_below_cap": 0.0,
     }
+    assert health["resent_submits"] == 0
     json.dumps(health)  # it is written as JSON
 
 

@@ -19,6 +19,17 @@ def test_make_plan_prints_threads_cap_workers_and_ok(live, cli):
     assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 4 workers: ok" in run.err
 
 
+def test_make_plan_says_the_cap_the_plan_leaves_and_the_last_change(live, cli, central):
+    assert live.occupy_threads(2, 1000) == 2  # another consumer, for 10 s
+    central.rpc("update_resource", resource="captchaai", amount=2)  # as a run's governor left it
+    run = cli("plan", **central.env)
+    assert f"plan: 5 threads, 2 working now; cap 2 solves (luigid's at {central.url}), 4 workers: ok" in run.err
+    assert (
+        "cap: 2 of 4 configured, following the plan "
+        "(another consumer holds 2 of 5 plan threads; 0 solves of ours in flight)"
+    ) in run.err
+
+
 @pytest.mark.parametrize(
     "case, verdict",
     [
@@ -52,8 +63,9 @@ def test_an_export_with_a_bad_verdict_warns_and_completes(live, fast_cfg, cli, d
 
 
 def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_free(live, fast_cfg, cli, data_dir):
-    """Another consumer on the same key holds every plan thread until the run has said so."""
-    fast_cfg({**NORTH, "portal": {**NORTH["portal"], "attempts": 12, "retry_base_s": 0.05, "retry_jitter_s": 0.01}})
+    """Another consumer on the same key holds every plan thread until the run has said so: the cap
+    in force drops to 0 and the region waits for a slot in Luigi, sending nothing to be refused."""
+    fast_cfg({**NORTH, "captchaai": {"plan_every_s": 0.1}})
     freed = threading.Event()
 
     def other_consumer():  # holds overlap, so no thread is free until `freed`
@@ -66,7 +78,7 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
     try:
         proc = cli.start("export", DAY)
         deadline = time.monotonic() + 30
-        while "CaptchaAI refused a submit with ERROR_ZERO_BALANCE" not in cli.output(proc)[1]:
+        while "another consumer holds all 5 plan threads" not in cli.output(proc)[1]:
             assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
             time.sleep(0.05)
     finally:
@@ -77,13 +89,36 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
     err = cli.output(proc)[1]
     assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
     assert (
-        "WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
-        "all 5 plan threads busy (5 working): another consumer is using this key"
-    ) in err  # during the run
+        "INFO: tasks.governor: cap 0 (the local scheduler's, configured 4): another consumer holds all 5 plan threads"
+        in err
+    )
+    assert "cap 0 → 4: the plan leaves 4" in err  # during the run, once they freed
     health = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())
     north = health["regions"]["north"]
+    assert north["status"] == "ok" and north["attempts"] == 1 and north["transient_errors"] == []
+    assert health["seconds_below_cap"] > 0
+    stats = live.stats()
+    assert stats["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE", 0) == 0  # waited, never refused
+    assert stats["tokens"]["accepted"] == 1
+
+
+def test_with_follow_plan_false_saturated_threads_are_refused_and_retried_as_before(live, fast_cfg, cli, data_dir):
+    """The fixed cap: the region submits into the busy plan, is refused, and retries until a thread frees."""
+    fast_cfg(
+        {
+            **NORTH,
+            "captchaai": {"follow_plan": "false"},
+            "portal": {**NORTH["portal"], "attempts": 12, "retry_base_s": 0.05, "retry_jitter_s": 0.01},
+        }
+    )
+    assert live.occupy_threads(5, 200) == 5  # 2 s: past the start of the run
+    run = cli("export", DAY)
+    assert run.code == 0, run.err[-3000:]
+    assert (
+        "WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
+        "all 5 plan threads busy (5 working): another consumer is using this key"
+    ) in run.err
+    north = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())["regions"]["north"]
     assert north["status"] == "ok" and north["attempts"] > 1
     assert set(north["transient_errors"]) == {"ERROR_ZERO_BALANCE"}
-    stats = live.stats()
-    assert stats["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
-    assert stats["tokens"]["accepted"] == 1
+    assert live.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
