@@ -199,7 +199,7 @@ class CaptchaAI:
             KeyLevelError,
         )
 
-    def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], None] | None = None) -> str:
+    def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], object] | None = None) -> str:
         """Poll one task on a fixed grid (first_poll_s, then every poll_every_s) until token or deadline.
 
         Transient answers keep polling the same task: its thread is paid for already.
@@ -227,8 +227,8 @@ class CaptchaAI:
     def solve(
         self,
         params: dict[str, Any],
-        on_submit: Callable[[str], None] | None = None,
-        on_poll: Callable[[str, int, float], None] | None = None,
+        on_submit: Callable[[str], object] | None = None,
+        on_poll: Callable[[str, int, float], object] | None = None,
     ) -> Solve:
         """Submit and poll; returns (token, task_id, seconds from submit to token).
 

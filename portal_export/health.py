@@ -41,6 +41,7 @@ class DayHealth(TypedDict):
     refused_tokens: int
     idle_slot_seconds: float
     resent_submits: int
+    seconds_below_cap: float  # the orchestrator's count: it knows when its run started
     regions: dict[str, RegionHealth]
 
 
@@ -52,7 +53,12 @@ def p95(values: Iterable[float]) -> float | None:
     return ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
 
 
-def day_health(day: datetime.date | str, regions: Collection[str], facts: Mapping[str, Mapping[str, Any]]) -> DayHealth:
+def day_health(
+    day: datetime.date | str,
+    regions: Collection[str],
+    facts: Mapping[str, Mapping[str, Any]],
+    seconds_below_cap: float = 0.0,
+) -> DayHealth:
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
     # facts are decoded JSON (each region task's output file): their values are typed here, on the way out
     per_region: dict[str, RegionHealth] = {}
@@ -85,6 +91,7 @@ def day_health(day: datetime.date | str, regions: Collection[str], facts: Mappin
         "refused_tokens": sum(r["refused_tokens"] for r in per_region.values()),
         "idle_slot_seconds": sum(r["idle_slot_seconds"] for r in per_region.values()),
         "resent_submits": sum(len(r["resent_submits"]) for r in per_region.values()),
+        "seconds_below_cap": seconds_below_cap,
         "regions": per_region,
     }
 

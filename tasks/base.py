@@ -2,7 +2,7 @@
 failure the visualiser shows by its code, never the key."""
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import luigi
@@ -28,7 +28,7 @@ def failure_shown(task: "PortalTask") -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        task.set_status_message(scrub(f"failed: {error_code(err)}"))
+        task.status(scrub(f"failed: {error_code(err)}"))
         raise
 
 
@@ -38,9 +38,15 @@ class PortalTask(luigi.Task):
     # keep-alive worker moves on instead of re-running it every retry_delay. The CLI re-enables
     # the disabled tasks of its days on the next run.
     retry_count = 1
-    # Luigi's Task.__init__ sets these to None; its worker puts the scheduler's callbacks there before run().
-    set_status_message: Callable[[str], None]
-    set_progress_percentage: Callable[[int], None]
+
+    def status(self, message: str) -> None:
+        """The visualiser's status line. Luigi's worker sets the callback before run(): None outside a run."""
+        if self.set_status_message is not None:
+            self.set_status_message(message)
+
+    def progress(self, percent: int) -> None:
+        if self.set_progress_percentage is not None:
+            self.set_progress_percentage(percent)
 
     def run(self) -> None:
         die_with_worker()  # a killed run must not leave this process solving or writing

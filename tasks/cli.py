@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import luigi
@@ -38,11 +39,11 @@ class UsageError(ValueError):
     pass
 
 
-def say(message):
+def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def parse_day(name, value):
+def parse_day(name: str, value: str | None) -> datetime.date:
     if not value:
         raise UsageError(f"{name} is required, as YYYY-MM-DD")
     try:
@@ -56,19 +57,19 @@ def parse_day(name, value):
     return day
 
 
-def utc_today():
+def utc_today() -> datetime.date:
     # RangeDaily clips to its own "now", which is UTC
     return datetime.datetime.now(datetime.timezone.utc).date()
 
 
-def scheduler_url():
+def scheduler_url() -> str:
     return os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
 
 
 scheduler_answers = scheduler.answers
 
 
-def choose_scheduler():
+def choose_scheduler() -> tuple[list[str], str | None]:
     """Luigi arguments for the scheduler SCHEDULER asks for, and the central URL if one is used."""
     mode = os.environ.get("SCHEDULER") or "auto"
     url = scheduler_url()
@@ -89,11 +90,11 @@ def choose_scheduler():
     return ["--local-scheduler"], None
 
 
-def worker_count(args):
+def worker_count(args: argparse.Namespace) -> int:
     return args.workers or luigi.interface.core().workers
 
 
-def check_args(args):
+def check_args(args: argparse.Namespace) -> None:
     """What can be refused in one line without a request: the arguments and the configuration."""
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
@@ -101,21 +102,21 @@ def check_args(args):
     config.api_key()
 
 
-def preflight():
+def preflight() -> None:
     """The portal login, before any request to CaptchaAI. Inside the run's alert: a night whose
     login is refused (a changed or expired password) is a night that failed."""
     check_login(config.captchaai().http_timeout_s, say)
 
 
-def luigid_cap(url):
+def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
-    for resource in luigi.rpc.RemoteScheduler(url).resource_list():
+    for resource in scheduler.remote(url).resource_list():
         if resource["name"] == "captchaai":
-            return resource["num_total"]
+            return int(resource["num_total"])
     return 1  # luigid's default for a resource its config does not declare
 
 
-def plan_check(args, strict=False, url=None):
+def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None = None) -> list[str]:
     """Compare plan threads with the cap and workers; returns the problems (printed).
 
     With a central scheduler at `url` the cap compared is luigid's, the one that holds.
@@ -148,23 +149,23 @@ def plan_check(args, strict=False, url=None):
     return problems
 
 
-def task_ids(days):
+def task_ids(days: Sequence[datetime.date]) -> set[str]:
     """Luigi task ids of these days' DayExport and RegionExport tasks."""
     ids = {DayExport(d).task_id for d in days}
     return ids | {RegionExport(d, r).task_id for d in days for r in config.regions()}
 
 
-def reenable(url, days):
+def reenable(url: str, days: Sequence[datetime.date]) -> None:
     """Let the operator's new run retry tasks luigid disabled after their one failure."""
     wanted = task_ids(days)
-    sched = luigi.rpc.RemoteScheduler(url)
+    sched = scheduler.remote(url)
     for task_id in sched.task_list("DISABLED", ""):
         if task_id in wanted:
             sched.re_enable_task(task_id)
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(url, days):
+def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> None:
     """Wait while another run, sharing luigid, has work on these days that are not complete yet.
 
     A worker exits once none of its tasks is pending, also while some are still running in another
@@ -173,7 +174,7 @@ def wait_for_other_runs(url, days):
     """
     wanted = task_ids(days)
     me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
-    sched = luigi.rpc.RemoteScheduler(url)
+    sched = scheduler.remote(url)
     told = False
     while not all(DayExport(d).complete() for d in days):
         busy = [
@@ -190,7 +191,7 @@ def wait_for_other_runs(url, days):
         time.sleep(0.5)
 
 
-def log_to_stderr():
+def log_to_stderr() -> None:
     """Luigi's default logging covers its own logger only: the project's lines (task ids, retries,
     busy plan threads) would be lost below WARNING and printed bare above. An operator's
     [core] logging_conf_file decides instead."""
@@ -202,12 +203,12 @@ def log_to_stderr():
         if not any(getattr(h, "portal_export_cli", False) for h in logger.handlers):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
-            handler.portal_export_cli = True
+            setattr(handler, "portal_export_cli", True)  # noqa: B010 (ours, found again by getattr above)
             logger.addHandler(handler)
             logger.setLevel(getattr(logging, core.log_level, logging.INFO))
 
 
-def settle_done_cooldown(done_at):
+def settle_done_cooldown(done_at: float) -> None:
     """luigid keeps a task DONE for stable_done_cooldown_secs after it finished, whatever a worker
     says (so that two runs do not run a just-finished task twice): a task made incomplete on
     purpose within that time must wait it out to be run again."""
@@ -217,7 +218,9 @@ def settle_done_cooldown(done_at):
         time.sleep(wait)
 
 
-def run_luigi(args, task_argv, days, redone_at=None):
+def run_luigi(
+    args: argparse.Namespace, task_argv: list[str], days: Sequence[datetime.date], redone_at: float | None = None
+) -> int:
     """Luigi's exit code for the run; 0 for tasks another run completed in the meantime.
 
     `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished.
@@ -242,7 +245,7 @@ def run_luigi(args, task_argv, days, redone_at=None):
         with governor.following_plan(url) as (plan_argv, factory):  # the cap follows the plan meanwhile
             governor.run_with_retcodes(argv + plan_argv, factory)
     except SystemExit as done:
-        code = done.code or 0
+        code = done.code if isinstance(done.code, int) else int(bool(done.code))
     else:
         code = 0
     # Tasks another run took over end this run's worker early: Luigi calls those still running
@@ -263,13 +266,15 @@ def run_luigi(args, task_argv, days, redone_at=None):
     return code
 
 
-def cmd_export(args):
+def cmd_export(args: argparse.Namespace) -> int:
     day = parse_day("DAY", args.day)
     check_args(args)
     return export_day(args, day)
 
 
-def export_day(args, day, set_aside=None):
+def export_day(
+    args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None] | None = None
+) -> int:
     """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
     preflight, returns when the newest task it made incomplete on purpose had finished."""
     with alerting.RunAlert(args, [day]) as run:
@@ -281,7 +286,7 @@ def export_day(args, day, set_aside=None):
         return run.finish(code)  # non-zero when the day is missing
 
 
-def cmd_backfill(args):
+def cmd_backfill(args: argparse.Namespace) -> int:
     start, stop = parse_day("START", args.start), parse_day("STOP", args.stop)
     if start >= stop:
         raise UsageError(f"START={start} must be before STOP={stop} (STOP is exclusive)")
@@ -315,11 +320,11 @@ def cmd_backfill(args):
         return run.finish(run_luigi(args, task_argv, days))  # non-zero when a day of the range is missing
 
 
-def cmd_retry_unsolvable(args):
+def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
     day = parse_day("DAY", args.day)
     check_args(args)
 
-    def set_aside():
+    def set_aside() -> float | None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
         redone_at = None
         for region in config.regions():
@@ -332,31 +337,31 @@ def cmd_retry_unsolvable(args):
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
         else:
             # A day that passed with an unsolvable region is rebuilt with the region solved again.
-            for path in (targets.day_records_path(day), targets.day_health_path(day)):
-                Path(path).unlink(missing_ok=True)
+            for day_file in (targets.day_records_path(day), targets.day_health_path(day)):
+                Path(day_file).unlink(missing_ok=True)
         return redone_at
 
     return export_day(args, day, set_aside)
 
 
-def cmd_plan(args):
+def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
     _, url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
     problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
 
 
-def cmd_alert_test(args):
+def cmd_alert_test(args: argparse.Namespace) -> int:
     return alerting.alert_test()
 
 
-def cmd_clear_breaker(args):
+def cmd_clear_breaker(args: argparse.Namespace) -> int:
     codes = KeyBreaker.clear(config.state_dir())
     say(f"breaker cleared ({', '.join(codes)})" if codes else "breaker was not open")
     return 0
 
 
-def cmd_report(args):
+def cmd_report(args: argparse.Namespace) -> int:
     """The solve-health report of the configured data dir, with the configured validation threshold."""
     from portal_export import report  # pandas and matplotlib: only this command needs them
 
@@ -365,15 +370,15 @@ def cmd_report(args):
     )
 
 
-def cmd_scheduler(args):
+def cmd_scheduler(args: argparse.Namespace) -> int:
     return scheduler.start(scheduler_url(), say)
 
 
-def cmd_scheduler_stop(args):
+def cmd_scheduler_stop(args: argparse.Namespace) -> int:
     return scheduler.stop(say)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tasks", description=__doc__)
     parser.add_argument("--workers", type=int, default=None, help="Luigi workers (default: [core] workers)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -405,10 +410,11 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except (UsageError, config.ConfigError, ExportError) as err:
         say(f"error: {err}")
         return USAGE_ERROR

@@ -3,6 +3,7 @@
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import luigi
 
@@ -20,10 +21,10 @@ class DayExport(PortalTask):
     date = luigi.DateParameter()
     region_task = RegionExport  # what a region is; tests put a subclass with a fake solver here
 
-    def requires(self):
+    def requires(self) -> dict[str, RegionExport]:
         return {region: self.region_task(self.date, region) for region in config.regions()}
 
-    def output(self):
+    def output(self) -> dict[str, luigi.LocalTarget]:
         # RangeDaily finds complete days by these paths: they exist only for validated days.
         return {
             "records": luigi.LocalTarget(targets.day_records_path(self.date)),
@@ -33,19 +34,19 @@ class DayExport(PortalTask):
     def failure_path(self) -> str:
         return targets.day_failure_path(self.date)
 
-    def work(self):
+    def work(self) -> None:
         regions = config.regions()
-        facts = {}
+        facts: dict[str, dict[str, Any]] = {}
         for done, (region, target) in enumerate(self.input().items(), 1):
             with target.open() as f:
                 facts[region] = json.load(f)
-            self.set_progress_percentage(int(100 * done / len(regions)))
-        health = day_health(self.date, regions, facts)
+            self.progress(int(100 * done / len(regions)))
         # From the start of the run that completes it: the time the run spent under a lowered cap
         # before the day was complete (its regions waiting for a slot included).
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
         started = governor.run_started() or min(starts, default=time.time())
-        health["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, time.time())
+        below = CapLog(config.state_dir()).seconds_below(started, time.time())
+        health = day_health(self.date, regions, facts, below)
         try:
             validate(health, config.portal().max_unsolvable_ratio)
         except Exception:
@@ -60,4 +61,4 @@ class DayExport(PortalTask):
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
         with self.output()["health"].open("w") as f:
             json.dump(health, f, indent=2)
-        self.set_status_message(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
+        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")

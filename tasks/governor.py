@@ -40,6 +40,7 @@ from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
 from . import config
+from .scheduler import remote
 
 log = logging.getLogger(__name__)
 RESOURCE = "captchaai"
@@ -50,7 +51,7 @@ _checked: tuple[int, int, float] | None = None
 
 def configured_cap() -> int:
     """[resources] captchaai: the ceiling, whatever the cap in force is now."""
-    return luigi.configuration.get_config().getint("resources", RESOURCE, 1)
+    return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
 
 
 class LocalCap:
@@ -76,8 +77,7 @@ class LuigidCap:
         self.url = url
 
     def set(self, cap: int) -> None:
-        # luigid's update_resource RPC: RemoteScheduler gets Scheduler's rpc methods at import
-        luigi.rpc.RemoteScheduler(self.url).update_resource(RESOURCE, cap)  # type: ignore[attr-defined]
+        remote(self.url).update_resource(RESOURCE, cap)
 
 
 class SchedulerFactory(luigi.interface._WorkerSchedulerFactory):
@@ -87,7 +87,8 @@ class SchedulerFactory(luigi.interface._WorkerSchedulerFactory):
         self.local = local
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
-        scheduler = super().create_local_scheduler()
+        # what Luigi's own factory creates (interface.py), kept here to hand it over
+        scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
         self.local.attach(scheduler)
         return scheduler
 

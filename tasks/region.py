@@ -20,7 +20,7 @@ from .login import portal_login
 log = logging.getLogger(__name__)
 
 
-def make_solver():
+def make_solver() -> CaptchaAI:
     cfg = config.captchaai()
     key = config.api_key()
     breaker = KeyBreaker(config.state_dir(), key)
@@ -54,17 +54,17 @@ class RegionExport(PortalTask):
 
     resources = {"captchaai": 1}
 
-    def output(self):
+    def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(targets.region_path(self.date, self.region))
 
     def failure_path(self) -> str:
         return targets.region_failure_path(self.date, self.region)
 
-    def make_solver(self):
+    def make_solver(self) -> CaptchaAI:
         """The CaptchaAI client; tests substitute a fake here."""
         return make_solver()
 
-    def work(self):
+    def work(self) -> None:
         busy = governor.plan_busy()
         if busy:  # the run waited its deadline for a plan thread: fail clearly, sending nothing
             raise PermanentError("PLAN_BUSY", f"{busy} (CaptchaAI plan of this key; rerun once it frees)")
@@ -72,14 +72,14 @@ class RegionExport(PortalTask):
         attempt = 1
         timeout = config.captchaai().timeout_s
 
-        def on_attempt(n):
+        def on_attempt(n: int) -> None:
             nonlocal attempt
             attempt = n
-            self.set_status_message(f"attempt {n}: loading the export page")
+            self.status(f"attempt {n}: loading the export page")
 
-        def on_poll(task_id, polls, elapsed):
-            self.set_status_message(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
-            self.set_progress_percentage(min(95, int(100 * elapsed / timeout)))
+        def on_poll(task_id: str, polls: int, elapsed: float) -> None:
+            self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
+            self.progress(min(95, int(100 * elapsed / timeout)))
 
         p = config.portal()
         solver = self.make_solver()
@@ -112,5 +112,5 @@ class RegionExport(PortalTask):
             ",".join(outcome.task_ids),
             "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s",
         )
-        self.set_status_message(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
-        self.set_progress_percentage(100)
+        self.status(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
+        self.progress(100)

@@ -15,9 +15,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import luigi.configuration
+import luigi.rpc
 import requests
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
@@ -34,6 +36,12 @@ def answers(url: str) -> bool:
     except requests.RequestException:
         return False
     return True
+
+
+def remote(url: str) -> Any:
+    """luigid's RPCs (task_list, re_enable_task, resource_list, update_resource, ...): RemoteScheduler
+    gets them from Scheduler's rpc methods at import, so a type checker sees none of them."""
+    return luigi.rpc.RemoteScheduler(url)
 
 
 def luigid_config(
