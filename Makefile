@@ -17,7 +17,7 @@ TASK_LIMIT ?=
 export SCHEDULER LUIGI_SCHEDULER_URL
 
 # make test fails under these coverage floors (percent of lines and branches), set from measurement
-COVER_TOTAL ?= 85
+COVER_TOTAL ?= 92
 COVER_CORE ?= 95
 # make test-pythons: the Pythons the README claims
 PYTHONS ?= 3.10 3.11 3.12 3.13
@@ -50,10 +50,13 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: test
-test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors in setup.cfg)
+test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors COVER_TOTAL, COVER_CORE above)
+	rm -f .coverage .coverage.*
 	$(PY) -m pytest --cov --cov-report=term:skip-covered --cov-fail-under=$(COVER_TOTAL)
-	$(PY) -m coverage report --include='portal_export/*' --fail-under=$(COVER_CORE) --format=total \
-		| sed 's/^/coverage of portal_export: /; s/$$/ % (floor $(COVER_CORE) %)/'
+	@rm -f .coverage.*  # what a task process killed on purpose (the kill tests) left half-written
+	@core=$$($(PY) -m coverage report --include='portal_export/*' --format=total) && \
+		echo "coverage of portal_export: $$core % (floor $(COVER_CORE) %)" && \
+		$(PY) -m coverage report --include='portal_export/*' --fail-under=$(COVER_CORE) >/dev/null
 
 .PHONY: test-pythons
 test-pythons: ## make test on every Python of PYTHONS found here (each in .venv-X.Y); says which were skipped
