@@ -467,18 +467,7 @@ def format_table(frame: pd.DataFrame, days: int = TABLE_DAYS) -> str:
         ("submits", "d", 7),
         ("rows", "d", 7),
     ]
-    source = (
-        "day",
-        "status",
-        "p95_solve_seconds",
-        ROLLING_COLUMN,
-        "unsolvable_ratio",
-        "solves",
-        "unsolvable",
-        "refused_tokens",
-        "submits",
-        "rows",
-    )
+    source = COLUMNS[: len(spec)]  # the table's columns are the report's, idle_slot_seconds left off
     lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, fmt, width in spec)]
     last = frame.tail(days)
     for row in last.itertuples(index=False, name=None):
