@@ -9,9 +9,9 @@ operator clears it (or the key changes: the file is named by a fingerprint of th
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from .atomic import write_json
 from .errors import KeyLevelError
 
 
@@ -42,11 +42,7 @@ class KeyBreaker:
         )
 
     def trip(self, code: str, detail: str = "") -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".breaker-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"code": code, "detail": detail}, f)
-        os.replace(tmp, self.path)
+        write_json(self.path, {"code": code, "detail": detail})
 
     @staticmethod
     def clear(state_dir: str | os.PathLike[str]) -> list[str]:

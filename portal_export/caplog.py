@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
+
+from .atomic import write_json
 
 
 class Change(TypedDict, total=False):
@@ -76,11 +77,7 @@ class CapLog:
         if reason is None:
             self.busy_path.unlink(missing_ok=True)
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".plan-busy-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"reason": reason, "t": time.time()}, f)
-        os.replace(tmp, self.busy_path)
+        write_json(self.busy_path, {"reason": reason, "t": time.time()})
 
     def busy(self) -> dict[str, Any] | None:
         try:

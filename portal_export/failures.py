@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_json
+
 
 def write_failure(path: str | os.PathLike[str], code: str, detail: str = "") -> None:
     """Atomically: a reader sees the whole record or none."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"code": code, "detail": detail, "at": time.time()}, f)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, {"code": code, "detail": detail, "at": time.time()})
 
 
 def read_failure(path: str | os.PathLike[str]) -> dict[str, Any] | None:
