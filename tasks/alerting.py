@@ -35,6 +35,7 @@ from portal_export import alerts as core
 from portal_export.failures import read_failure
 
 from . import config, targets
+from .day import DayExport
 from .secrets import scrub
 
 PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
@@ -90,7 +91,8 @@ def note_plan(threads: int, working: int) -> None:
 
 
 def day_complete(day: datetime.date) -> bool:
-    return Path(targets.day_records_path(day)).exists() and Path(targets.day_health_path(day)).exists()
+    """Complete as Luigi and RangeDaily judge it: by the day's outputs."""
+    return bool(DayExport(day).complete())
 
 
 def rerun_command(args: argparse.Namespace) -> str:
