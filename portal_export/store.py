@@ -1,0 +1,131 @@
+"""Where the data dir's objects live: a local directory, or a prefix in an object store.
+
+Keys are relative POSIX paths (`regions/2026-06-01/north.json`, `_state/breaker-ab12.json`): every
+file keeps its relative name whichever store holds it. The core keeps its state (breakers, failure
+records, the cap log, leases) through this protocol only, so it never knows which store it is; the
+Luigi layer builds the store from the data dir (`tasks/targets.py`), an object store through
+`luigi.contrib.s3`.
+
+Every write is whole or not at all: a reader, on this host or another, sees the old object, the
+new one, or none, never a torn one. `create` is the one conditional write (a local exclusive link,
+S3's `If-None-Match: *`): whoever creates a key first wins, on every host, which is what leases and
+"one alert per run" are built on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Store(Protocol):
+    def location(self, key: str) -> str:
+        """Where `key` lives, for messages and Luigi targets: a path, or an s3:// URL."""
+        ...
+
+    def read(self, key: str) -> bytes | None:
+        """The object's bytes, or None when there is none."""
+        ...
+
+    def write(self, key: str, data: bytes) -> None:
+        """Store `data` at `key`, replacing what was there: whole or not at all."""
+        ...
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Store `data` at `key` only if no object is there; True when this call created it."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; nothing when it is not there."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key under `prefix` (a folder, `a/b/`, or a name's start), sorted."""
+        ...
+
+
+def read_json(store: Store, key: str) -> Any:
+    """The JSON at `key`; None when absent. ValueError when the object is not JSON."""
+    data = store.read(key)
+    return None if data is None else json.loads(data)
+
+
+def write_json(store: Store, key: str, obj: object) -> None:
+    store.write(key, json.dumps(obj, ensure_ascii=False).encode())
+
+
+class LocalStore:
+    """A directory on this host; keys are paths below it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def location(self, key: str) -> str:
+        return str(self.path(key))
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return self.path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _temporary(self, target: Path, data: bytes) -> str:
+        """`data` in a private temporary file beside `target` (so a rename or link stays on one filesystem)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def write(self, key: str, data: bytes) -> None:
+        target = self.path(key)
+        tmp = self._temporary(target, data)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def create(self, key: str, data: bytes) -> bool:
+        target = self.path(key)
+        tmp = self._temporary(target, data)
+        try:
+            os.link(tmp, target)  # fails when the target exists: the whole file appears, or nothing
+        except FileExistsError:
+            return False
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return True
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).exists()
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[str]:
+        folder = prefix.rpartition("/")[0]
+        base = self.root / folder if folder else self.root
+        if not base.is_dir():
+            return []
+        keys = []
+        for path in base.rglob("*"):
+            name = path.relative_to(self.root).as_posix()
+            if path.is_file() and name.startswith(prefix) and not path.name.startswith("."):
+                keys.append(name)
+        return sorted(keys)
