@@ -20,6 +20,7 @@ from tasks.cli import main
 from tasks.scheduler import remote
 from tasks.secrets import scrub, url_password
 
+from .alert_servers import webhook  # noqa: F401 (fixture)
 from .auth_proxy import AuthProxy
 from .conftest import ROOT, Luigid
 
@@ -66,13 +67,26 @@ def files_holding(root, forms):
     return [p for p in root.rglob("*") if p.is_file() and any(f.encode() in p.read_bytes() for f in forms)]
 
 
-def test_the_proxy_refuses_a_request_without_the_credentials_and_so_does_every_run(live, proxied, cli, data_dir):
+def test_the_proxy_refuses_a_request_without_the_credentials_and_so_does_every_run(
+    live,
+    proxied,
+    cli,
+    data_dir,
+    webhook,  # noqa: F811 (fixture)
+):
     assert requests.get(f"{proxied.url}/api/task_list", timeout=5).status_code == 401
     assert requests.get(proxied.url_with(password="guess") + "/api/task_list", timeout=5).status_code == 401
     assert requests.get(proxied.url_with() + "/api/task_list", timeout=5).status_code == 200
 
     bare = cli("export", DAY, SCHEDULER="auto", LUIGI_SCHEDULER_URL=proxied.url)
-    wrong = cli("export", DAY, SCHEDULER="auto", LUIGI_SCHEDULER_URL=proxied.url_with(password="guess-1234"))
+    hook = webhook()
+    wrong = cli(
+        "export",
+        DAY,
+        SCHEDULER="auto",
+        LUIGI_SCHEDULER_URL=proxied.url_with(password="guess-1234"),
+        ALERT_WEBHOOK_URL=hook.url,
+    )
 
     # auto does not fall back to a local scheduler: that would drop the cap the runs share
     assert bare.code == wrong.code == 2
@@ -86,6 +100,9 @@ def test_the_proxy_refuses_a_request_without_the_credentials_and_so_does_every_r
         "LUIGI_SCHEDULER_URL (HTTP 401)\n"
     ) in wrong.err
     assert "guess-1234" not in wrong.err + wrong.out
+    (alert,) = hook.texts()  # the night failed: its one alert says why, without the password
+    assert alert.startswith(f"export {DAY}: ") and "refused the credentials in LUIGI_SCHEDULER_URL" in alert
+    assert "ops-7q:***@" in alert and "guess-1234" not in alert
     assert live.tasks() == [] and not any(data_dir.glob("portal_records_*"))  # nothing sent to CaptchaAI
     assert proxied.paths(authorized=True) == ["/api/task_list"]  # the one request above
 
@@ -102,6 +119,7 @@ def test_plan_export_backfill_and_the_cap_change_go_through_the_proxy_and_the_pa
     plan_code, plan = make("plan", SCHEDULER="auto")
     export_code, export = make("export", f"DAY={DAY}", SCHEDULER="auto")
     backfill_code, backfill = make("backfill", "START=2026-09-02", "STOP=2026-09-04", SCHEDULER="central")
+    retry_code, retry = make("retry-unsolvable", f"DAY={DAY}", SCHEDULER="central")
 
     assert plan_code == 0, plan
     assert f"scheduler: central at {shown} (visualiser: {proxied.url})" in plan
@@ -112,6 +130,8 @@ def test_plan_export_backfill_and_the_cap_change_go_through_the_proxy_and_the_pa
     assert f"cap 2 (luigid's at {shown}, configured 4): another consumer holds 2 of 5 plan threads" in export
     assert backfill_code == 0, backfill[-3000:]
     assert "backfill 2026-09-02..2026-09-03: all 2 days complete" in backfill
+    assert retry_code == 0, retry[-3000:]
+    assert f"scheduler: central at {shown}" in retry and "has no region given up as unsolvable" in retry
     for day in ("2026-09-01", "2026-09-02", "2026-09-03"):
         assert (data_dir / f"portal_records_{day}.jsonl").exists()
     # luigid got the runs, through the proxy, every request with the credentials
@@ -131,7 +151,7 @@ def test_plan_export_backfill_and_the_cap_change_go_through_the_proxy_and_the_pa
         for m in ("task_list", "worker_list", "resource_list")
     )
     assert "RegionExport" in served and USER not in served  # luigid never saw the login
-    for text in (plan, export, backfill, served):
+    for text in (plan, export, backfill, retry, served):
         assert not any(f in text for f in forms)
     proxied.luigid.stop()  # luigid writes its state file on the way out
     luigid_home = tmp_path / "luigid"
