@@ -11,6 +11,7 @@ import datetime
 import logging
 import os
 import subprocess
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -237,3 +238,37 @@ def test_the_probe_names_a_certificate_that_fails_verification(monkeypatch, caps
     assert err.startswith("error: the central scheduler at https://ops:***@127.0.0.1:") and err.count("\n") == 1
     assert "failed TLS verification (SSLError): REQUESTS_CA_BUNDLE=" in err
     assert PASSWORD not in err
+
+
+def test_a_url_naming_a_server_that_is_not_luigid_fails_in_one_line_without_the_password(
+    tmp_path, monkeypatch, luigi_cfg, capsys
+):
+    """It answers the probe (a plain web server: GET works) but not luigid's RPCs: Luigi's RPCError,
+    which names the URL as given, becomes one line with the password masked."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.func.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        luigi_cfg("core", "rpc-retry-wait", 0)
+        monkeypatch.setenv("CAPTCHAAI_API_KEY", "k" * 32)
+        url = f"http://ops:{quote(PASSWORD, safe='')}@127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv("LUIGI_SCHEDULER_URL", url)
+        forms = password_forms()
+        assert main(["plan"]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"scheduler: central at http://ops:***@127.0.0.1:{server.server_address[1]} " + (
+        f"(visualiser: http://127.0.0.1:{server.server_address[1]})"
+    )
+    assert err[-1].startswith(
+        "error: Errors (3 attempts) when connecting to remote scheduler 'http://ops:***@127.0.0.1:"
+    )
+    assert "501 Server Error: Unsupported method ('POST')" in err[-1]
+    assert not any(f in line for line in err for f in forms)
