@@ -106,7 +106,7 @@ def listen_addresses(bind: str, port: int) -> list[str]:
 
 
 def reach(bind: str, port: int) -> str:
-    """An URL this host reaches luigid at, bound to `bind`: a wildcard is reached on loopback."""
+    """A URL this host reaches luigid at, bound to `bind`: a wildcard is reached on loopback."""
     host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 

@@ -27,9 +27,8 @@ def problem(url: str) -> str | None:
         return "give http(s)://[USER:PASSWORD@]HOST:PORT"
     for what, value in (("user", parts.username), ("password", parts.password)):
         if value and not unquote(value).isascii():
-            # requests sends basic-auth credentials as Latin-1, which no htpasswd entry made from
-            # UTF-8 matches: such a password would be refused, far from here
-            return f"the {what} must be ASCII (percent-encode @ : / and %)"
+            # refused far from here otherwise: no htpasswd entry made from UTF-8 matches it
+            return f"the {what} must be ASCII (Luigi's HTTP client sends basic-auth credentials as Latin-1)"
     return None
 
 
