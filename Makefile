@@ -11,6 +11,9 @@ WORKERS ?=
 # auto | local | central, see README
 SCHEDULER ?= auto
 LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
+# make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
+# authentication: README "luigid on a network, behind a proxy"
+SCHEDULER_BIND ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 TASK_LIMIT ?=
@@ -105,8 +108,8 @@ report: $(VENV)/.installed ## solve-health table and plot from the health files 
 	$(RUN) report
 
 .PHONY: scheduler
-scheduler: $(VENV)/.installed ## start luigid in the background on LUIGI_SCHEDULER_URL's port, state and history in var/
-	$(RUN) scheduler
+scheduler: $(VENV)/.installed ## start luigid in the background on loopback (or SCHEDULER_BIND=ADDRESS), LUIGI_SCHEDULER_URL's port; state and history in var/
+	$(RUN) scheduler $(if $(SCHEDULER_BIND),--bind "$(SCHEDULER_BIND)")
 
 .PHONY: scheduler-stop
 scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler

@@ -15,20 +15,24 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import luigi
 import luigi.interface
 import luigi.retcodes
 import luigi.rpc
+import requests
 
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
 from . import alerting, config, governor, probe, scheduler, targets
+from . import scheduler_url as central
 from .day import DayExport
 from .login import check_login
 from .region import RegionExport, make_solver
+from .secrets import scrub
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
@@ -40,7 +44,7 @@ class UsageError(ValueError):
 
 
 def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(scrub(message), file=sys.stderr, flush=True)
 
 
 def parse_day(name: str, value: str | None) -> datetime.date:
@@ -63,30 +67,51 @@ def utc_today() -> datetime.date:
 
 
 def scheduler_url() -> str:
-    return os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
+    url = os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
+    problem = central.problem(url)
+    if problem:
+        raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
+    return url
 
 
 scheduler_answers = scheduler.answers
 
 
 def choose_scheduler() -> tuple[list[str], str | None]:
-    """Luigi arguments for the scheduler SCHEDULER asks for, and the central URL if one is used."""
+    """Luigi arguments for the scheduler SCHEDULER asks for, and the central URL if one is used.
+
+    A proxy that refuses the URL's credentials (or their absence) is a configuration error, also
+    with SCHEDULER=auto: falling back to a local scheduler would drop the cap shared across runs.
+    """
     mode = os.environ.get("SCHEDULER") or "auto"
-    url = scheduler_url()
     if mode not in ("auto", "local", "central"):
         raise UsageError(f"SCHEDULER={mode!r}: use auto, local or central")
     if mode == "local":
         say("scheduler: local (SCHEDULER=local)")
         return ["--local-scheduler"], None
-    if scheduler_answers(url):
-        say(f"scheduler: central at {url} (visualiser: {url})")
+    url = scheduler_url()
+    shown = central.shown(url)
+    try:
+        status = central.status(url)
+    except requests.exceptions.SSLError as err:
+        raise UsageError(
+            f"the central scheduler at {shown} failed TLS verification ({err.__class__.__name__}): "
+            "REQUESTS_CA_BUNDLE=/path/to/ca.pem names a private CA"
+        ) from None
+    if status in central.REFUSED:
+        given = (
+            "the credentials in" if urlsplit(url).username else "a request without credentials: put USER:PASSWORD@ in"
+        )
+        raise UsageError(f"the central scheduler at {shown} refused {given} LUIGI_SCHEDULER_URL (HTTP {status})")
+    if status is not None:
+        say(f"scheduler: central at {shown} (visualiser: {central.bare(url)})")
         # keep-alive: a run that finds every captchaai slot taken waits its turn instead of exiting
         return ["--scheduler-url", url, "--worker-keep-alive"], url
     if mode == "central":
         raise UsageError(
-            f"SCHEDULER=central, but no central scheduler answers at {url}: start it with `make scheduler`"
+            f"SCHEDULER=central, but no central scheduler answers at {shown}: start it with `make scheduler`"
         )
-    say(f"scheduler: local (no central scheduler answers at {url})")
+    say(f"scheduler: local (no central scheduler answers at {shown})")
     return ["--local-scheduler"], None
 
 
@@ -122,7 +147,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
     With a central scheduler at `url` the cap compared is luigid's, the one that holds.
     """
     if url:
-        cap, where = luigid_cap(url), f"luigid's at {url}"
+        cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
     else:
         cap, where = luigi.configuration.get_config().getint("resources", "captchaai", 1), "[resources] captchaai"
     workers = worker_count(args)
@@ -371,7 +396,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    return scheduler.start(scheduler_url(), say)
+    return scheduler.start(scheduler_url(), say, args.bind)
 
 
 def cmd_scheduler_stop(args: argparse.Namespace) -> int:
@@ -403,7 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
     p.set_defaults(func=cmd_report)
     probe.add_parser(sub, parse_day)
-    p = sub.add_parser("scheduler", help="start luigid in the background, bound to loopback")
+    p = sub.add_parser("scheduler", help="start luigid in the background, on loopback unless --bind names an address")
+    p.add_argument(
+        "--bind",
+        default=scheduler.LOOPBACK,
+        help="the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns",
+    )
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
     p.set_defaults(func=cmd_scheduler_stop)
@@ -418,3 +448,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, config.ConfigError, ExportError) as err:
         say(f"error: {err}")
         return USAGE_ERROR
+    except luigi.rpc.RPCError as err:  # luigid (or its proxy) went away after the run chose it
+        say(f"error: {err}: {err.sub_exception}")
+        return 1

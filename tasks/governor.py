@@ -41,6 +41,7 @@ from portal_export.inflight import InFlight, alive
 
 from . import config
 from .scheduler import remote
+from .scheduler_url import bare, shown
 
 log = logging.getLogger(__name__)
 RESOURCE = "captchaai"
@@ -125,7 +126,8 @@ def run_with_retcodes(argv: list[str], factory: SchedulerFactory | None = None) 
 
 
 def _scheduler_key(url: str) -> str:
-    return hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:12]
+    """One luigid, one key: its URL without credentials (runs with another login share its cap)."""
+    return hashlib.sha256(bare(url).rstrip("/").encode()).hexdigest()[:12]
 
 
 class Steward:
@@ -141,7 +143,7 @@ class Steward:
         self.inflight = InFlight(self.state)
         self.local = LocalCap()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
-        self.where = f"luigid's at {url}" if url else "the local scheduler's"
+        self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
         self.cap: int | None = None
         self.governor = Governor(
             plan_client(),

@@ -1,5 +1,5 @@
-"""`make scheduler` / `make scheduler-stop`: luigid on loopback, its state and task history in var/;
-and the same luigid in the foreground for the tests and the bench.
+"""`make scheduler` / `make scheduler-stop`: luigid on loopback (or the address the operator names),
+its state and task history in var/; and the same luigid in the foreground for the tests and the bench.
 
 Only luigid's own config sets the captchaai cap for runs that use it, so its config is written
 from the effective client config ([resources], [scheduler]) at every start: one place to size
@@ -7,6 +7,7 @@ the cap. luigid runs with its home as its working directory so it reads nothing 
 """
 
 import configparser
+import ipaddress
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ import requests
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
+LOOPBACK = "127.0.0.1"
+PROXY_SECTION = "luigid on a network, behind a proxy"  # the README's section, named in the warning
 
 
 LUIGID = Path(sys.executable).with_name("luigid")
@@ -91,15 +94,43 @@ def running_pid() -> int | None:
     return pid
 
 
-def start(url: str, say: Callable[[str], None]) -> int:
-    parts = urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost"):
-        say(f"error: luigid has no authentication; it binds loopback only, not {parts.hostname}")
-        return 2
+def listen_addresses(bind: str, port: int) -> list[str]:
+    """The addresses luigid will listen on for `bind` (as tornado resolves it: every address the
+    name has), each checked free to bind now. OSError (its strerror says why) when one is not."""
+    infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado does
+            probe.bind(sockaddr)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def reach(bind: str, port: int) -> str:
+    """A URL this host reaches luigid at, bound to `bind`: a wildcard is reached on loopback."""
+    host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
+    """luigid in the background on `bind` and the port of `url` (LUIGI_SCHEDULER_URL, which may
+    name a proxy: luigid's own address is the bind's). Beyond loopback it warns, once."""
+    port = urlsplit(url).port or 8082
+    local = reach(bind, port)
     pid = running_pid()
-    if pid or answers(url):
-        say(f"error: a central scheduler is already running at {url}" + (f" (pid {pid})" if pid else ""))
+    if pid or answers(local):
+        say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
         return 1
+    try:
+        addresses = listen_addresses(bind, port)
+    except OSError as err:
+        say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
+        return 2
+    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        say(
+            f"warning: luigid listens on {', '.join(addresses)} port {port} with no authentication: whoever "
+            "reaches it can change the captchaai cap, mark tasks done and read every task's parameters; "
+            f'put it behind the authenticating proxy of README "{PROXY_SECTION}"'
+        )
     PIDFILE.unlink(missing_ok=True)  # stale (else running_pid saw it): luigid would exit quietly on a live pid
     cfg = luigid_config(VAR / "luigid.cfg")
     # luigid daemonizes with umask 0: its pickle (loaded at its next start), history and logs
@@ -118,25 +149,25 @@ def start(url: str, say: Callable[[str], None]) -> int:
             "--state-path",
             str(VAR / "luigid" / "state.pickle"),
             "--address",
-            "127.0.0.1",
+            bind,
             "--port",
-            str(parts.port or 8082),
+            str(port),
         ],
         cwd=VAR,
         env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
         check=True,
     )
     for _ in range(100):
-        if answers(url):
+        if answers(local):
             if PIDFILE.exists():
                 PIDFILE.chmod(0o644)  # written under umask 0 too: nobody else may redirect `scheduler-stop`
             say(
-                f"scheduler: luigid running at {url} (pid {running_pid()}); visualiser {url}; "
+                f"scheduler: luigid running at {local} (pid {running_pid()}); visualiser {local}; "
                 f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`"
             )
             return 0
         time.sleep(0.1)
-    say(f"error: luigid did not answer at {url} within 10 s; see {VAR / 'log'}")
+    say(f"error: luigid did not answer at {local} within 10 s; see {VAR / 'log'}")
     return 1
 
 

@@ -1,5 +1,5 @@
-"""Keeping the secrets (the API key, the portal password, the alert webhook URL) out of everything
-Luigi shows, logs or stores.
+"""Keeping the secrets (the API key, the portal password, the alert webhook URL, the password in
+LUIGI_SCHEDULER_URL) out of everything Luigi shows, logs or stores.
 
 The client never puts the key anywhere but a POST body, so this is the second line: whatever some
 library writes into a message or a traceback is scrubbed before it is logged or handed to Luigi
@@ -8,9 +8,12 @@ library writes into a message or a traceback is scrubbed before it is logged or 
 
 import logging
 import os
+import re
+import sys
+import threading
 import traceback
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 MASK = "***"
 # Read from the environment only, never written anywhere: every one is masked wherever text leaves.
@@ -22,6 +25,7 @@ def secrets() -> list[str]:
     """The secret values set now, longest first (so a secret containing another is masked whole)."""
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
     values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
+    values.update(url_password(os.environ.get("LUIGI_SCHEDULER_URL", "").strip()))
     return sorted((v for v in values if v), key=len, reverse=True)
 
 
@@ -31,6 +35,15 @@ def webhook_credential(url: str) -> str:
     parts = urlsplit(url)
     tail = parts.path + (f"?{parts.query}" if parts.query else "")
     return tail if len(tail) >= 8 else ""
+
+
+def url_password(url: str) -> set[str]:
+    """The password in a URL's user info, as written and percent-decoded: Luigi's retry log and
+    its RPCError print the URL as given, requests' HTTPError the URL it prepared."""
+    netloc = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]  # as urlsplit, which may raise
+    user_info, at, _ = netloc.rpartition("@")
+    password = user_info.partition(":")[2] if at else ""
+    return {password, unquote(password)} if password else set()
 
 
 def scrub(text: str) -> str:
@@ -61,7 +74,21 @@ def _scrubbing_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
     return record
 
 
+def _scrubbing_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    sys.stderr.write(scrub("".join(traceback.format_exception(kind, value, tb))))
+
+
+def _scrubbing_thread_excepthook(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is not SystemExit:
+        name = args.thread.name if args.thread else "?"
+        trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+        sys.stderr.write(scrub(f"Exception in thread {name}:\n{trace}"))
+
+
 def install_log_scrubber() -> None:
-    """Scrub every log record of the process, whoever logs it and whichever handler writes it."""
+    """Scrub every log record of the process, whoever logs it and whichever handler writes it; and
+    the tracebacks Python prints itself (an uncaught exception, in any thread)."""
     if logging.getLogRecordFactory() is not _scrubbing_factory:
         logging.setLogRecordFactory(_scrubbing_factory)
+    sys.excepthook = _scrubbing_excepthook
+    threading.excepthook = _scrubbing_thread_excepthook

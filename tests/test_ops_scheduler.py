@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -168,3 +169,91 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
     assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
     assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()
     assert len(live.tasks()) == 2  # one solve per data dir; the twin sent nothing
+
+
+@pytest.fixture
+def netns():
+    """A network namespace of its own (a host with the address 10.18.0.1 on a veth interface, and
+    loopback), kept alive by a process of ours; run(argv) runs a command inside it."""
+    if not shutil.which("ip"):
+        pytest.skip("needs iproute2's `ip` (.ci/run installs it): a non-loopback address was not tried")
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare --net` (root): a network namespace for a non-loopback address")
+    setup = (  # a veth interface; where the kernel has none, the address on lo (still not a loopback one)
+        "ip link set lo up && { { ip link add v0 type veth peer name v1 && ip addr add 10.18.0.1/24 dev v0"
+        " && ip link set v0 up && ip link set v1 up; } 2>/dev/null || ip addr add 10.18.0.1/32 dev lo; }"
+        " && echo ready && exec sleep 600"
+    )
+    holder = subprocess.Popen(["unshare", "--net", "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "ready\n"
+
+    def run(*argv, **env):
+        return subprocess.run(
+            ["nsenter", f"--net=/proc/{holder.pid}/ns/net", *map(str, argv)],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    yield run
+    holder.kill()
+    holder.wait()
+
+
+def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond_loopback(var, netns):
+    """In a namespace of its own, so luigid on another address is reachable by nothing else (and
+    port 8082, the default, is free there)."""
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("make test creates .venv; this runs there")
+    env = {"LUIGI_SCHEDULER_URL": "http://ops:pw-1234@10.18.0.1:8082"}  # the port is what it takes from it
+    probe = [sys.executable, "-c", "import sys, tasks.scheduler as s; print(s.answers(sys.argv[1]))"]
+    listening = [
+        sys.executable,
+        "-c",
+        "import sys, psutil; p = psutil.Process(int(sys.argv[1]));"
+        "print([tuple(c.laddr) for c in p.net_connections('inet') if c.status == psutil.CONN_LISTEN])",
+    ]
+
+    wide = netns("make", "-s", "scheduler", "SCHEDULER_BIND=10.18.0.1", **env)
+
+    assert wide.returncode == 0, wide.stderr
+    warning = (
+        "warning: luigid listens on 10.18.0.1 port 8082 with no authentication: whoever reaches it can change"
+        " the captchaai cap, mark tasks done and read every task's parameters; put it behind the authenticating"
+        ' proxy of README "luigid on a network, behind a proxy"\n'
+    )
+    assert wide.stderr.startswith(warning) and wide.stderr.count("warning") == 1
+    assert "scheduler: luigid running at http://10.18.0.1:8082 (pid " in wide.stderr
+    pid = int((var / "luigid.pid").read_text())
+    assert netns(*listening, pid).stdout == "[('10.18.0.1', 8082)]\n"  # seen from inside its namespace
+    assert netns(*probe, "http://10.18.0.1:8082").stdout == "True\n"
+    assert netns(*probe, "http://127.0.0.1:8082").stdout == "False\n"
+    assert "pw-1234" not in wide.stdout + wide.stderr
+    stopped = netns("make", "-s", "scheduler-stop", **env)
+    assert stopped.returncode == 0 and f"scheduler: stopped (pid {pid})" in stopped.stderr
+
+    default = netns("make", "-s", "scheduler", **env)
+
+    assert default.returncode == 0, default.stderr
+    assert "warning" not in default.stderr
+    assert "scheduler: luigid running at http://127.0.0.1:8082 (pid " in default.stderr
+    pid = int((var / "luigid.pid").read_text())
+    assert netns(*listening, pid).stdout == "[('127.0.0.1', 8082)]\n"
+    assert netns(*probe, "http://10.18.0.1:8082").stdout == "False\n"  # loopback only
+    assert netns(*probe, "http://127.0.0.1:8082").stdout == "True\n"
+    assert netns("make", "-s", "scheduler-stop", **env).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "bind, why",
+    [("10.255.255.1", "Cannot assign requested address"), ("no-such-host.invalid", "Name or service not known")],
+)
+def test_make_scheduler_refuses_an_address_it_cannot_listen_on_in_one_line(bind, why, var, capsys):
+    from tasks.cli import main
+
+    port = urlsplit(os.environ["LUIGI_SCHEDULER_URL"]).port
+    assert main(["scheduler", "--bind", bind]) == 2
+    assert capsys.readouterr().err == f"error: luigid cannot listen on {bind} port {port}: {why}\n"
+    assert not (var / "luigid.pid").exists()

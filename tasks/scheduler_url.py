@@ -1,0 +1,62 @@
+"""LUIGI_SCHEDULER_URL: checked, shown without its password, and probed.
+
+luigid has no authentication; on a network it sits behind an authenticating proxy, and the URL
+carries the proxy's credentials (`https://USER:PASSWORD@HOST:PORT`). Luigi's RPC client sends them
+as HTTP basic auth (requests reads them from the URL, percent-decoded), and so does the probe
+here. The password is a secret (tasks/secrets.py masks it wherever text leaves); this module
+prints the URL without it.
+"""
+
+from urllib.parse import unquote, urlsplit
+
+import requests
+
+from .secrets import MASK
+
+REFUSED = (401, 403)  # the proxy's answers to missing or wrong credentials
+
+
+def problem(url: str) -> str | None:
+    """What is wrong with a scheduler URL, in a few words; None when it can be used."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError as err:
+        return f"not a URL ({err})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "give http(s)://[USER:PASSWORD@]HOST:PORT"
+    for what, value in (("user", parts.username), ("password", parts.password)):
+        if value and not unquote(value).isascii():
+            # refused far from here otherwise: no htpasswd entry made from UTF-8 matches it
+            return f"the {what} must be ASCII (Luigi's HTTP client sends basic-auth credentials as Latin-1)"
+    return None
+
+
+def shown(url: str) -> str:
+    """The URL as printed: its password masked, the user kept (which login a run uses)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    name, colon, _ = user.partition(":")
+    return parts._replace(netloc=f"{name}{':' + MASK if colon else ''}@{host}").geturl()
+
+
+def bare(url: str) -> str:
+    """The URL without its credentials: the visualiser's address (a browser asks for the login)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def status(url: str) -> int | None:
+    """The HTTP status something at `url` answers (sent with the URL's credentials); None when
+    nothing answers. A certificate that fails verification raises requests.exceptions.SSLError."""
+    try:
+        return requests.get(url, timeout=2, allow_redirects=False).status_code
+    except requests.exceptions.SSLError:
+        raise
+    except requests.RequestException:
+        return None
