@@ -27,6 +27,7 @@ import luigi
 import luigi.configuration
 import luigi.scheduler
 
+from portal_export import forksafe
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
@@ -145,9 +146,10 @@ class Steward:
 
     def _wait_to_own(self) -> None:
         while not self._stop.wait(min(1.0, self.governor.every_s / 2)):
-            if self._try_own():
-                log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
-                return
+            with forksafe.guard:  # taking over reads the plan and logs: no fork in the middle
+                if self._try_own():
+                    log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
+                    return
 
     def start(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
