@@ -7,11 +7,13 @@ result becomes an exit code through luigi.cfg's [retcode] (tasks/luigi_run.py).
 
 import argparse
 import datetime
+import hashlib
 import json
 import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -219,6 +221,26 @@ def settle_done_cooldown(done_at: float) -> None:
         time.sleep(wait)
 
 
+def lock_dir() -> Path:
+    """Where Luigi's same-command lock lives: one directory per data dir on this host, for this user.
+
+    Luigi refuses a second process with the same command line while one runs (exit
+    already_running). Its default, /tmp/luigi, is machine-wide, so runs into other data dirs
+    (another account, another config, a parallel test) would block each other. The lock is a pid
+    file, and pids mean something on one host only: in the shared data dir, a host would read
+    another host's pid as one of its own processes (PID namespaces make that certain), so the
+    directory is host-local, named for the data dir.
+    """
+    where = hashlib.sha256(str(config.data_dir().resolve()).encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.stat().st_uid != os.getuid():  # someone else's, in a shared /tmp: never trust its pid files
+        raise UsageError(f"{base} belongs to another user: set TMPDIR to a directory of your own")
+    path = base / "luigi-locks" / where
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run_luigi(
     args: argparse.Namespace,
     tasks: Sequence[luigi.Task],
@@ -237,12 +259,7 @@ def run_luigi(
         reenable(url, days)
         if redone_at:
             settle_done_cooldown(redone_at)
-    # Luigi refuses a second process with the same command line while one runs (exit
-    # already_running); its lock lives in /tmp/luigi by default, machine-wide, so runs into other
-    # data dirs (another account, another config, a parallel test) would block each other. Here
-    # the lock covers one data dir: the same command on the same outputs.
-    locks = config.state_dir() / "luigi-locks"
-    locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+    locks = lock_dir()
     with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its

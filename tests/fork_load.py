@@ -69,16 +69,14 @@ def main() -> int:
     args = argparse.Namespace(
         command="backfill", start=str(days[0]), stop=str(days[-1]), newest_first=False, task_limit=None, workers=4
     )
-    from tasks.cli import log_to_stderr
+    from tasks.cli import lock_dir, log_to_stderr
 
     log_to_stderr()
     begin = time.monotonic()
     with alerting.RunAlert(args, days) as run:  # the progress thread: a line per completed day
         with governor.following_plan(None) as factory:  # the plan thread, and the local cap
-            locks = config.state_dir() / "luigi-locks"
-            locks.mkdir(parents=True, exist_ok=True)
             code = luigi_run.run(
-                [ForkedDay(d) for d in days], factory, lock_dir=str(locks), scheduler_url=None, workers=4
+                [ForkedDay(d) for d in days], factory, lock_dir=str(lock_dir()), scheduler_url=None, workers=4
             )
         run._stop_watching()
     missing = [str(d) for d in days if not alerting.day_complete(d)]
