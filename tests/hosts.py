@@ -29,15 +29,17 @@ UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 @dataclass
 class HostRun:
-    """How a host's command ended: its exit code (negative: killed by that signal) and output."""
+    """How a host's command ended: unshare's exit code (1 when the namespace was killed), whether
+    `kill()` killed it, and its output."""
 
     name: str
     code: int
+    killed: bool
     out: str
     err: str
 
     def __repr__(self) -> str:
-        return f"HostRun({self.name}, code={self.code}, err=...{self.err[-2000:]!r})"
+        return f"HostRun({self.name}, code={self.code}, killed={self.killed}, err=...{self.err[-2000:]!r})"
 
 
 class Host:
@@ -57,6 +59,7 @@ class Host:
             "LUIGI_CONFIG_PATH": str(self.home / "site.cfg"),
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False
 
     def start(self, *argv: str) -> Host:
         assert self.proc is None, f"{self.name} runs a command already"
@@ -91,12 +94,13 @@ class Host:
     def wait(self, timeout: float = 120) -> HostRun:
         assert self.proc is not None
         code = self.proc.wait(timeout=timeout)
-        return HostRun(self.name, code, *self.output())
+        return HostRun(self.name, code, self.killed, *self.output())
 
     def kill(self) -> list[psutil.Process]:
         """SIGKILL the namespace's init, as a host dying would; returns the processes it had then."""
         doomed = self.processes()
         doomed[0].send_signal(signal.SIGKILL)
+        self.killed = True
         return doomed
 
     def stop(self) -> None:

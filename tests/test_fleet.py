@@ -3,8 +3,11 @@ folder (tests/hosts.py), sharing only luigid, the data store and the sandbox."""
 
 import json
 import os
+import time
 from collections import Counter
 from urllib.parse import parse_qs, urlsplit
+
+import psutil
 
 from sandbox import SANDBOX_KEY, expected_records
 
@@ -24,7 +27,7 @@ def shared_env(sb, central, data_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "LUIGI_", "CAPTCHAAI_"))}
     return {
         **env,
-        **central.env,  # SCHEDULER=central, LUIGI_SCHEDULER_URL
+        **(central.env if central else {}),  # SCHEDULER=central, LUIGI_SCHEDULER_URL
         "CAPTCHAAI_API_KEY": SANDBOX_KEY,
         "CAPTCHAAI_API_BASE": sb.captchaai_url,
         "PORTAL_BASE_URL": sb.portal_url,
@@ -60,3 +63,26 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tm
     assert sb.stats()["threads"]["peak"] <= 4  # luigid's cap over both hosts
     ran = {r.name: r.err.count("done      RegionExport(") for r in runs}
     assert sum(ran.values()) == 24 and all(ran.values()), ran  # the hosts shared the work
+
+
+def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, tmp_path):
+    """Host.kill() is a machine dying: SIGKILL of the namespace's init takes its task processes
+    with it (no PR_SET_PDEATHSIG round needed); nothing of the host polls CaptchaAI afterwards."""
+    sb = sandbox(solve_s=1000)  # 10 s per solve: the regions are mid-solve when the host dies
+    env = {**shared_env(sb, None, tmp_path / "data"), "SCHEDULER": "local"}
+    host = hosts("host-a", env, layered({**FAST_CLIENT, "core": {"workers": 2}})).start("backfill", START, STOP)
+    deadline = time.monotonic() + 30
+    while len(sb.tasks()) < 2:  # both task processes submitted a solve and poll it
+        assert time.monotonic() < deadline and host.proc.poll() is None, host.output()[1][-2000:]
+        time.sleep(0.05)
+    doomed = host.kill()
+    gone_by = time.monotonic() + 1
+    assert len(doomed) >= 3  # the CLI's process and its two task processes
+    _, alive = psutil.wait_procs(doomed, timeout=1)
+    assert not alive and time.monotonic() <= gone_by + 0.1
+    polls = sb.stats()["polls"]
+    time.sleep(0.5)
+    assert sb.stats()["polls"] == polls  # nobody of that host polls any more
+    run = host.wait(timeout=10)
+    assert run.killed and run.code != 0
+    assert "running   RegionExport(" in run.err
