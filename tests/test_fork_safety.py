@@ -119,7 +119,7 @@ def test_500_forks_while_the_progress_and_plan_threads_log_and_read_the_plan(san
     def read_slowly():
         while chunk := os.read(proc.stderr.fileno(), 4096):
             err.extend(chunk)
-            time.sleep(0.02)
+            time.sleep(0.01)
 
     reader = threading.Thread(target=read_slowly)
     reader.start()
