@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from . import forksafe
 from .errors import ExportError
 
 log = logging.getLogger(__name__)
@@ -205,14 +206,16 @@ class Governor:
             if self.signals.last_poke() != poked:
                 poked = self.signals.last_poke()
                 self._proposed = None  # a refusal says the last reading was too generous
-            try:
-                self.read()
-            except Exception:  # the scheduler did not answer: keep following, next period
-                log.exception("cap: could not apply the plan's reading; trying again next period")
+            with forksafe.guard:  # a reading talks HTTP and logs: no fork in the middle of it
+                try:
+                    self.read()
+                except Exception:  # the scheduler did not answer: keep following, next period
+                    log.exception("cap: could not apply the plan's reading; trying again next period")
 
     def start(self, seen: tuple[int, int] | None = None) -> None:
         """The first reading now (the run starts under it), then a daemon thread."""
-        self.read(seen)
+        with forksafe.guard:
+            self.read(seen)
         self._thread = threading.Thread(target=self.run, name="plan-governor", daemon=True)
         self._thread.start()
 

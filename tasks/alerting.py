@@ -32,6 +32,7 @@ import luigi.configuration
 import luigi.notifications
 
 from portal_export import alerts as core
+from portal_export import forksafe
 from portal_export.failures import read_failure
 
 from . import config, targets
@@ -198,7 +199,7 @@ class RunAlert:
             self._progress()
 
     def _progress(self) -> None:
-        with self._lock:
+        with self._lock, forksafe.guard:  # no fork while this writes to stderr (portal_export/forksafe.py)
             for day in self.todo:
                 if day not in self.done and day_complete(day):
                     self.done.append(day)

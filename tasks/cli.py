@@ -1,17 +1,19 @@
 """The operator's commands behind `make export`, `make backfill`, `make plan` and friends.
 
 Each checks its input and the configuration before any request leaves the machine, picks the
-scheduler (SCHEDULER=auto|local|central), then hands the run to Luigi's own command line, whose
-exit code comes from luigi.cfg's [retcode].
+scheduler (SCHEDULER=auto|local|central), then hands the run to Luigi (`luigi.build`), whose
+result becomes an exit code through luigi.cfg's [retcode] (tasks/luigi_run.py).
 """
 
 import argparse
 import datetime
+import hashlib
 import json
 import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,12 +24,13 @@ import luigi.interface
 import luigi.retcodes
 import luigi.rpc
 import requests
+from luigi.tools.range import RangeDaily
 
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import alerting, config, governor, probe, scheduler, targets
+from . import alerting, config, governor, luigi_run, probe, scheduler, targets
 from . import scheduler_url as central
 from .day import DayExport
 from .login import check_login
@@ -77,8 +80,8 @@ def scheduler_url() -> str:
 scheduler_answers = scheduler.answers
 
 
-def choose_scheduler() -> tuple[list[str], str | None]:
-    """Luigi arguments for the scheduler SCHEDULER asks for, and the central URL if one is used.
+def choose_scheduler() -> str | None:
+    """The central scheduler's URL when SCHEDULER asks for it (and it answers); None: the local one.
 
     A proxy that refuses the URL's credentials (or their absence) is a configuration error, also
     with SCHEDULER=auto: falling back to a local scheduler would drop the cap shared across runs.
@@ -88,7 +91,7 @@ def choose_scheduler() -> tuple[list[str], str | None]:
         raise UsageError(f"SCHEDULER={mode!r}: use auto, local or central")
     if mode == "local":
         say("scheduler: local (SCHEDULER=local)")
-        return ["--local-scheduler"], None
+        return None
     url = scheduler_url()
     shown = central.shown(url)
     try:
@@ -105,14 +108,13 @@ def choose_scheduler() -> tuple[list[str], str | None]:
         raise UsageError(f"the central scheduler at {shown} refused {given} LUIGI_SCHEDULER_URL (HTTP {status})")
     if status is not None:
         say(f"scheduler: central at {shown} (visualiser: {central.bare(url)})")
-        # keep-alive: a run that finds every captchaai slot taken waits its turn instead of exiting
-        return ["--scheduler-url", url, "--worker-keep-alive"], url
+        return url
     if mode == "central":
         raise UsageError(
             f"SCHEDULER=central, but no central scheduler answers at {shown}: start it with `make scheduler`"
         )
     say(f"scheduler: local (no central scheduler answers at {shown})")
-    return ["--local-scheduler"], None
+    return None
 
 
 def worker_count(args: argparse.Namespace) -> int:
@@ -190,12 +192,13 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> None:
+def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> bool:
     """Wait while another run, sharing luigid, has work on these days that are not complete yet.
 
     A worker exits once none of its tasks is pending, also while some are still running in another
     run's worker: this run waits for that run's tasks (running, or pending with that run as a
-    stakeholder) to end, so that its final check sees what the other run delivered.
+    stakeholder) to end, so that its final check sees what the other run delivered. True when
+    another run had such work.
     """
     wanted = task_ids(days)
     me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
@@ -209,11 +212,12 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> None:
             if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))
         ]
         if not busy:
-            return
+            return told
         if not told:
             say(f"waiting for {len(busy)} task(s) of these days that another run has")
             told = True
         time.sleep(0.5)
+    return told
 
 
 def log_to_stderr() -> None:
@@ -243,46 +247,58 @@ def settle_done_cooldown(done_at: float) -> None:
         time.sleep(wait)
 
 
+def lock_dir() -> Path:
+    """Where Luigi's same-command lock lives: one directory per data dir on this host, for this user.
+
+    Luigi refuses a second process with the same command line while one runs (exit
+    already_running). Its default, /tmp/luigi, is machine-wide, so runs into other data dirs
+    (another account, another config, a parallel test) would block each other. The lock is a pid
+    file, and pids mean something on one host only: in the shared data dir, a host would read
+    another host's pid as one of its own processes (PID namespaces make that certain), so the
+    directory is host-local, named for the data dir.
+    """
+    where = hashlib.sha256(str(config.data_dir().resolve()).encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.stat().st_uid != os.getuid():  # someone else's, in a shared /tmp: never trust its pid files
+        raise UsageError(f"{base} belongs to another user: set TMPDIR to a directory of your own")
+    path = base / "luigi-locks" / where
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run_luigi(
-    args: argparse.Namespace, task_argv: list[str], days: Sequence[datetime.date], redone_at: float | None = None
+    args: argparse.Namespace,
+    tasks: Sequence[luigi.Task],
+    days: Sequence[datetime.date],
+    redone_at: float | None = None,
 ) -> int:
-    """Luigi's exit code for the run; 0 for tasks another run completed in the meantime.
+    """Luigi's exit code for the run of `tasks` (which make `days`); 0 for tasks another run
+    completed in the meantime.
 
     `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished.
     """
     log_to_stderr()
-    sched_argv, url = choose_scheduler()
+    url = choose_scheduler()
     plan_check(args, url=url)
     if url:
         reenable(url, days)
         if redone_at:
             settle_done_cooldown(redone_at)
-    # Luigi refuses a second process with the same command line while one runs (exit
-    # already_running); its lock lives in /tmp/luigi by default, machine-wide, so runs into other
-    # data dirs (another account, another config, a parallel test) would block each other. Here
-    # the lock covers one data dir: the same command on the same outputs.
-    locks = config.state_dir() / "luigi-locks"
-    locks.mkdir(parents=True, exist_ok=True, mode=0o700)
-    argv = ["--module", "tasks", *task_argv, *sched_argv, "--lock-pid-dir", str(locks)]
-    if args.workers:
-        argv += ["--workers", str(args.workers)]
-    try:
-        with governor.following_plan(url) as (plan_argv, factory):  # the cap follows the plan meanwhile
-            governor.run_with_retcodes(argv + plan_argv, factory)
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else int(bool(done.code))
-    else:
-        code = 0
-    # Tasks another run took over end this run's worker early: Luigi calls those still running
-    # "run by another worker" (already_running) and those done by then "not granted run
-    # permission" (not_run). What this run was asked for is the days: wait for the other run's
-    # tasks, then judge by the days' outputs.
+    locks = lock_dir()
+    with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
+        code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
+    # The worker ends early when tasks of these days run in another run's worker (on luigid): its
+    # status then says nothing went wrong, or "not granted run permission" for tasks done by
+    # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
+    # is the days: wait for the other run's tasks, then judge by the days' outputs.
     codes = luigi.retcodes.retcode()
     if code and code in (codes.already_running, codes.not_run):
-        if url:
-            wait_for_other_runs(url, days)
+        others = bool(url) and wait_for_other_runs(str(url), days)
         if all(DayExport(d).complete() for d in days):
             return 0  # done, by whichever run did it
+        if others:
+            code = codes.already_running
         if code == codes.already_running:
             say(
                 f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})"
@@ -305,7 +321,7 @@ def export_day(
     with alerting.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None
-        code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
+        code = run_luigi(args, [DayExport(day)], [day], redone_at)
         if DayExport(day).complete():
             say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
         return run.finish(code)  # non-zero when the day is missing
@@ -325,24 +341,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
     # most; both are widened to the range so that it covers exactly [START, STOP). One day more
     # than needed keeps START when the run crosses midnight UTC before RangeDaily reads the clock.
-    task_argv = [
-        "RangeDaily",
-        "--of",
-        "DayExport",
-        "--start",
-        start.isoformat(),
-        "--stop",
-        stop.isoformat(),
-        "--days-back",
-        str((today - start).days + 2),
-        "--task-limit",
-        str(limit),
-    ]
-    if args.newest_first:
-        task_argv.append("--reverse")
+    range_task = RangeDaily(
+        of=DayExport,
+        start=start,
+        stop=stop,
+        days_back=(today - start).days + 2,
+        task_limit=limit,
+        reverse=args.newest_first,
+    )
     with alerting.RunAlert(args, days) as run:
         preflight()
-        return run.finish(run_luigi(args, task_argv, days))  # non-zero when a day of the range is missing
+        return run.finish(run_luigi(args, [range_task], days))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
@@ -371,7 +380,7 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
-    _, url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
+    url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
     problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
 

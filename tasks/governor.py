@@ -3,8 +3,8 @@
 The cap in force is the `captchaai` resource of the scheduler that grants the slots: luigid's,
 set through its `update_resource` RPC (the one the visualiser's Resources page uses), or the local
 scheduler's, in this process. Luigi creates the local scheduler inside the run; its documented hook
-for that is `worker_scheduler_factory`, so the run goes through `run_with_retcodes` below, Luigi's
-own with that one argument added (as gokart does), and the factory hands the scheduler over.
+for that is `luigi.build`'s `worker_scheduler_factory` (tasks/luigi_run.py), which hands the
+scheduler over.
 
 Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
 data dir's `_state/` (named for the scheduler's URL); the others wait to take over. The last one
@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,13 +25,9 @@ from typing import Any
 
 import luigi
 import luigi.configuration
-import luigi.execution_summary
-import luigi.interface
-import luigi.retcodes
-import luigi.rpc
 import luigi.scheduler
-from luigi.setup_logging import InterfaceLogging
 
+from portal_export import forksafe
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
@@ -40,6 +35,7 @@ from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
 from . import config
+from .luigi_run import WorkerSchedulerFactory
 from .scheduler import remote
 from .scheduler_url import bare, shown
 
@@ -79,50 +75,6 @@ class LuigidCap:
 
     def set(self, cap: int) -> None:
         remote(self.url).update_resource(RESOURCE, cap)
-
-
-class SchedulerFactory(luigi.interface._WorkerSchedulerFactory):
-    """Luigi's default factory, handing the local scheduler it creates to the cap."""
-
-    def __init__(self, local: LocalCap) -> None:
-        self.local = local
-
-    def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
-        # what Luigi's own factory creates (interface.py), kept here to hand it over
-        scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
-        self.local.attach(scheduler)
-        return scheduler
-
-
-def run_with_retcodes(argv: list[str], factory: SchedulerFactory | None = None) -> None:
-    """luigi.retcodes.run_with_retcodes (Luigi 3.8.1), with a worker_scheduler_factory: SystemExit
-    with the [retcode] of the run."""
-    logger = logging.getLogger("luigi-interface")
-    with luigi.cmdline_parser.CmdlineParser.global_instance(argv):
-        retcodes = luigi.retcodes.retcode()
-    try:
-        worker = luigi.interface._run(argv, worker_scheduler_factory=factory).worker
-    except luigi.interface.PidLockAlreadyTakenExit:
-        sys.exit(retcodes.already_running)
-    except Exception:
-        InterfaceLogging.setup(luigi.interface.core())
-        logger.exception("Uncaught exception in luigi")
-        sys.exit(retcodes.unhandled_exception)
-    with luigi.cmdline_parser.CmdlineParser.global_instance(argv):
-        task_sets = luigi.execution_summary._summary_dict(worker)
-        root_task = luigi.execution_summary._root_task(worker)
-        non_empty = {k for k, v in task_sets.items() if v}
-    codes_and_conds = (
-        (retcodes.missing_data, "still_pending_ext" in non_empty),
-        (retcodes.task_failed, "failed" in non_empty),
-        (retcodes.already_running, "run_by_other_worker" in non_empty),
-        (retcodes.scheduling_error, "scheduling_error" in non_empty),
-        (retcodes.not_run, "not_run" in non_empty),
-    )
-    code = max(c * (1 if cond else 0) for c, cond in codes_and_conds)
-    if code == 0 and root_task not in task_sets["completed"] and root_task not in task_sets["already_done"]:
-        sys.exit(retcodes.not_run)
-    sys.exit(code)
 
 
 def _scheduler_key(url: str) -> str:
@@ -196,9 +148,10 @@ class Steward:
 
     def _wait_to_own(self) -> None:
         while not self._stop.wait(min(1.0, self.governor.every_s / 2)):
-            if self._try_own():
-                log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
-                return
+            with forksafe.guard:  # taking over reads the plan and logs: no fork in the middle
+                if self._try_own():
+                    log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
+                    return
 
     def start(self) -> None:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -250,19 +203,19 @@ def plan_client() -> CaptchaAI:
 
 
 @contextlib.contextmanager
-def following_plan(url: str | None) -> Iterator[tuple[list[str], SchedulerFactory | None]]:
-    """Around a run: (extra Luigi arguments, scheduler factory) that make its cap follow the plan.
+def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
+    """Around a run: the worker_scheduler_factory that makes its cap follow the plan.
 
-    Local runs get keep-alive, so that regions wait for a slot the cap holds back instead of the
-    worker exiting with them unrun (runs on luigid have it already).
+    Its workers keep alive: a run that finds every captchaai slot taken (on luigid, by other runs;
+    locally, held back by the cap) waits its turn instead of exiting with regions unrun.
     """
     os.environ[RUN_STARTED] = str(time.time())
     try:
         if not config.captchaai().follow_plan:
-            yield [], None
+            yield WorkerSchedulerFactory(keep_alive=True if url else None)
             return
-        with _stewarded(url) as plan:
-            yield plan
+        with _stewarded(url) as factory:
+            yield factory
     finally:
         os.environ.pop(RUN_STARTED, None)
 
@@ -274,7 +227,7 @@ def run_started() -> float | None:
 
 
 @contextlib.contextmanager
-def _stewarded(url: str | None) -> Iterator[tuple[list[str], SchedulerFactory | None]]:
+def _stewarded(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     global _checked
     seen = None
     if _checked is not None and time.monotonic() - _checked[2] < 5:
@@ -283,7 +236,7 @@ def _stewarded(url: str | None) -> Iterator[tuple[list[str], SchedulerFactory | 
     steward = Steward(url, seen)
     steward.start()
     try:
-        yield ([] if url else ["--worker-keep-alive"]), SchedulerFactory(steward.local)
+        yield WorkerSchedulerFactory(on_local=steward.local.attach, keep_alive=True)
     finally:
         steward.stop()
 

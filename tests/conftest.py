@@ -251,3 +251,22 @@ def shared_central(tmp_path_factory):
     server = Luigid(tmp_path_factory.mktemp("central"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    """hosts(name, env, layered_cfg="") makes a worker host (tests/hosts.py); all are stopped afterwards."""
+    from .hosts import Host, unshare_works
+
+    if not unshare_works():
+        pytest.fail("worker hosts need root and `unshare --pid` (CI runs as root)")
+    made = []
+
+    def make(name, env, layered_cfg=""):
+        host = Host(name, tmp_path / "hosts", env, layered_cfg)
+        made.append(host)
+        return host
+
+    yield make
+    for host in made:
+        host.stop()

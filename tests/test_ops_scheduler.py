@@ -164,7 +164,7 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
 
     assert twin.code == 10, twin.err[-2000:]  # [retcode] already_running
     assert "already running" in twin.out
-    assert f"Luigi's lock in {mine / '_state' / 'luigi-locks'}" in twin.err
+    assert "Luigi's lock in " in twin.err and "/luigi-locks/" in twin.err
     assert first.poll() is None  # the twin returned while the first run was still solving
     assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
     assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()

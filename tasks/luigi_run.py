@@ -1,0 +1,119 @@
+"""One Luigi run through Luigi's public API, and its exit code from the [retcode] section.
+
+`luigi.build(..., detailed_summary=True)` runs the tasks and returns a `LuigiRunResult`; its
+`status` is mapped here onto `[retcode]`, as Luigi's own `luigi.retcodes.run_with_retcodes` does for
+the `luigi` command (which takes no `worker_scheduler_factory`, the hook the cap needs). Only
+documented names are used: `build` and its `worker_scheduler_factory`, the factory's three methods,
+`LuigiStatusCode`, the `retcode`, `Scheduler`, `RemoteScheduler` and `Worker` classes. Unlike the
+`luigi` command, `build` takes no lock unless told: the run keeps Luigi's same-command lock, in a
+directory of the caller's choosing.
+"""
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import luigi
+import luigi.execution_summary
+import luigi.interface
+import luigi.retcodes
+import luigi.rpc
+import luigi.scheduler
+import luigi.worker
+
+log = logging.getLogger(__name__)
+Status = luigi.execution_summary.LuigiStatusCode
+
+
+class WorkerSchedulerFactory:
+    """What `luigi.build` calls to make the scheduler and the worker (Luigi's own factory, plus two knobs).
+
+    `on_local(scheduler)` receives the local scheduler Luigi creates inside the run (the cap is
+    set on it). `keep_alive` is the `[worker] keep_alive` of this run's worker (a worker setting,
+    which `build` does not take as an argument); None leaves it to the config.
+    """
+
+    def __init__(
+        self,
+        on_local: Callable[[luigi.scheduler.Scheduler], None] | None = None,
+        keep_alive: bool | None = None,
+    ) -> None:
+        self.on_local = on_local
+        self.keep_alive = keep_alive
+
+    def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
+        # the arguments of Luigi's own factory (luigi.interface)
+        scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
+        if self.on_local is not None:
+            self.on_local(scheduler)
+        return scheduler
+
+    def create_remote_scheduler(self, url: str) -> luigi.rpc.RemoteScheduler:
+        return luigi.rpc.RemoteScheduler(url)
+
+    def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
+        settings = {} if self.keep_alive is None else {"keep_alive": self.keep_alive}
+        return luigi.worker.Worker(
+            scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **settings
+        )
+
+
+def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
+    """The [retcode] of a run's status: the largest of the codes its kinds of trouble have, as
+    `luigi --retcode-*` chooses (a run with failed tasks and a scheduling error exits with the
+    larger of the two)."""
+    kinds: dict[str, tuple[int, ...]] = {
+        "SUCCESS": (),
+        "SUCCESS_WITH_RETRY": (),
+        "FAILED": (codes.task_failed,),
+        "FAILED_AND_SCHEDULING_FAILED": (codes.task_failed, codes.scheduling_error),
+        "SCHEDULING_FAILED": (codes.scheduling_error,),
+        "NOT_RUN": (codes.not_run,),
+        "MISSING_EXT": (codes.missing_data,),
+    }
+    if status.name in kinds:
+        return max(kinds[status.name], default=0)
+    # A status a later Luigi adds: its smiley says whether the run succeeded.
+    return 0 if status.value[0] == ":)" else int(codes.task_failed)
+
+
+def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:
+    """The run's [retcode]: its status's, or `not_run` when nothing went wrong yet the asked-for
+    tasks are not complete (the worker ended while others held them, say)."""
+    code = status_code(status, codes)
+    return codes.not_run if code == 0 and not roots_complete else code
+
+
+def run(
+    tasks: Sequence[luigi.Task],
+    factory: WorkerSchedulerFactory,
+    *,
+    lock_dir: str,
+    scheduler_url: str | None,
+    workers: int | None = None,
+) -> int:
+    """Run `tasks` (the local scheduler when `scheduler_url` is None); the [retcode] of the run.
+
+    The same-command lock is Luigi's (`lock_pid_dir`, keyed on this process's command line): a
+    second process with the same command line and lock dir exits `already_running` at once.
+    """
+    codes = luigi.retcodes.retcode()
+    where: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
+    if workers:
+        where["workers"] = workers
+    try:
+        result = luigi.build(
+            list(tasks),
+            worker_scheduler_factory=factory,
+            detailed_summary=True,
+            no_lock=False,
+            lock_pid_dir=lock_dir,
+            **where,
+        )
+        roots_complete = all(task.complete() for task in tasks)
+    except luigi.interface.PidLockAlreadyTakenExit:
+        return int(codes.already_running)
+    except Exception:
+        log.exception("Luigi stopped with an unexpected error")
+        return int(codes.unhandled_exception)
+    return exit_code(result.status, roots_complete, codes)

@@ -1,0 +1,123 @@
+"""Worker hosts for the fleet tests: `python -m tasks ...` in a PID namespace and a folder of its own.
+
+A host is what a worker machine of the deployment has: its own processes (a PID namespace:
+`unshare --pid --fork --mount-proc`; the tests run as root), its own working directory with its
+own copy of luigi.cfg, layered file, var dir and TMPDIR. It shares with the other hosts only what
+the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR) and the
+sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL). Hosts share the hostname (no UTS namespace).
+
+`kill()` is a machine dying: SIGKILL of the namespace's init, after which the kernel kills every
+process in the namespace at once, task processes included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+@dataclass
+class HostRun:
+    """How a host's command ended: unshare's exit code (1 when the namespace was killed), whether
+    `kill()` killed it, and its output."""
+
+    name: str
+    code: int
+    killed: bool
+    out: str
+    err: str
+
+    def __repr__(self) -> str:
+        return f"HostRun({self.name}, code={self.code}, killed={self.killed}, err=...{self.err[-2000:]!r})"
+
+
+class Host:
+    """One worker host. `start(*argv)` runs `python -m tasks *argv` there in the background."""
+
+    def __init__(self, name: str, parent: Path, env: dict[str, str], layered_cfg: str = "") -> None:
+        self.name = name
+        self.home = parent / name
+        (self.home / "tmp").mkdir(parents=True)
+        (self.home / "var").mkdir()
+        shutil.copy(ROOT / "luigi.cfg", self.home / "luigi.cfg")  # what a deployed host has at its root
+        (self.home / "site.cfg").write_text(layered_cfg)
+        self.env = {
+            **env,
+            "TMPDIR": str(self.home / "tmp"),
+            "PORTAL_VAR_DIR": str(self.home / "var"),
+            "LUIGI_CONFIG_PATH": str(self.home / "site.cfg"),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.killed = False
+
+    def start(self, *argv: str) -> Host:
+        assert self.proc is None, f"{self.name} runs a command already"
+        self.out_path, self.err_path = self.home / "out.log", self.home / "err.log"
+        self.proc = subprocess.Popen(
+            [*UNSHARE, sys.executable, "-m", "tasks", *argv],
+            cwd=self.home,
+            env=self.env,
+            stdout=open(self.out_path, "w"),  # noqa: SIM115 (the host's output for as long as it runs)
+            stderr=open(self.err_path, "w"),  # noqa: SIM115 (the host's output for as long as it runs)
+            start_new_session=True,
+        )
+        return self
+
+    def init(self) -> psutil.Process:
+        """The namespace's init (pid 1 inside): `python -m tasks` itself, unshare's only child."""
+        assert self.proc is not None
+        deadline = time.monotonic() + 10
+        while not (children := psutil.Process(self.proc.pid).children()):
+            assert time.monotonic() < deadline and self.proc.poll() is None, f"{self.name}: no init"
+            time.sleep(0.01)
+        return children[0]
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of the host: its init and all below it."""
+        init = self.init()
+        return [init, *init.children(recursive=True)]
+
+    def output(self) -> tuple[str, str]:
+        return self.out_path.read_text(), self.err_path.read_text()
+
+    def wait(self, timeout: float = 120) -> HostRun:
+        assert self.proc is not None
+        code = self.proc.wait(timeout=timeout)
+        return HostRun(self.name, code, self.killed, *self.output())
+
+    def kill(self) -> list[psutil.Process]:
+        """SIGKILL the namespace's init, as a host dying would; returns the processes it had then."""
+        doomed = self.processes()
+        doomed[0].send_signal(signal.SIGKILL)
+        self.killed = True
+        return doomed
+
+    def stop(self) -> None:
+        """Whatever still runs: SIGINT (Luigi ends its task processes), then the namespace's death."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.init().send_signal(signal.SIGINT)
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, psutil.NoSuchProcess, AssertionError):
+            self.proc.kill()  # --kill-child: the namespace's init dies with unshare
+            self.proc.wait(timeout=10)
+
+
+def unshare_works() -> bool:
+    """Root and a kernel that lets us make PID namespaces."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run([*UNSHARE, "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=10)
+    return probe.returncode == 0 and probe.stdout.strip() == "1"
