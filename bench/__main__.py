@@ -57,9 +57,9 @@ def plan_cases(n_days=30):
 PLAN_TITLES = {"plan-follows": "cap follows the plan", "plan-fixed": "fixed cap (follow_plan = false)"}
 SCALE = [
     Case("cap4-30d", "luigi", 30, 4),
-    Case("cap14-30d", "luigi", 30, 14, threads=15, workers=14),
-    Case("cap14-30d-luigid", "luigi", 30, 14, threads=15, workers=14, scheduler="central"),
-    Case("cap14-365d-luigid", "luigi", 365, 14, threads=15, workers=14, scheduler="central", first_day=YEAR),
+    Case("cap14-30d", "luigi", 30, 14, threads=15, workers=28),
+    Case("cap14-30d-luigid", "luigi", 30, 14, threads=15, workers=28, scheduler="central"),
+    Case("cap14-365d-luigid", "luigi", 365, 14, threads=15, workers=28, scheduler="central", first_day=YEAR),
     Case("cap4-365d", "luigi", 365, 4, first_day=YEAR),
 ]
 

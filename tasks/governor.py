@@ -36,6 +36,7 @@ from luigi.setup_logging import InterfaceLogging
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
+from portal_export.gate import STEP_S, CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
@@ -129,28 +130,39 @@ def _scheduler_key(url: str) -> str:
 
 
 class Steward:
-    """Starts a Governor when this run may set the cap, and stops it (restoring the cap) at the end."""
+    """Keeps the scheduler's captchaai total at the cap in force plus the regions that wait, when this
+    run may set it; follows the plan with a Governor (follow_plan = true) or keeps the configured cap;
+    restores the configured total at the end."""
 
-    def __init__(self, url: str | None, seen: tuple[int, int] | None = None) -> None:
+    def __init__(self, url: str | None, seen: tuple[int, int] | None = None, follow: bool = True) -> None:
         cfg = config.captchaai()
         self.url = url
         self.seen = seen
+        self.follow = follow
         self.configured = configured_cap()
         self.state = config.state_dir()
         self.caplog = CapLog(self.state)
         self.inflight = InFlight(self.state)
+        self.waiting = Waiting(self.state)
+        self.cap_file = CapInForce(self.state)
         self.local = LocalCap()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {url}" if url else "the local scheduler's"
+        self.every_s = cfg.plan_every_s
         self.cap: int | None = None
-        self.governor = Governor(
-            plan_client(),
-            self.inflight,
-            configured=self.configured,
-            spare=cfg.spare_threads,
-            every_s=cfg.plan_every_s,
-            set_cap=self.set_cap,
-            blocked=self.blocked,
+        self.governor = (
+            Governor(
+                plan_client(),
+                self.inflight,
+                configured=self.configured,
+                spare=cfg.spare_threads,
+                every_s=cfg.plan_every_s,
+                set_cap=self.set_cap,
+                blocked=self.blocked,
+                on_read=self.on_read,
+            )
+            if follow
+            else None
         )
         key = _scheduler_key(url or "local")
         self.lock_path = self.state / f"governor-{key}.lock"
@@ -160,22 +172,56 @@ class Steward:
         self._owner = False
         self._stop = threading.Event()
         self._waiter: threading.Thread | None = None
+        self._lender: threading.Thread | None = None
+        self._slots = threading.Lock()
+        self._busy = False
+        self._lent = 0  # slots lent to regions that wait
+        self._total: int | None = None  # the scheduler's captchaai total as this run last set it
 
     def set_cap(self, cap: int, reason: str) -> None:
-        self.target.set(cap)
         if self.cap is None:
             log.info("cap %d (%s, configured %d): %s", cap, self.where, self.configured, reason)
         else:
             log.warning("cap %d → %d: %s", self.cap, cap, reason)
         self.cap = cap
+        self._apply()
         self.caplog.note(cap, self.configured, reason)
+
+    def on_read(self, cap: int) -> None:
+        """Every answered reading: solves refused as busy wait for one made after their refusal."""
+        self.cap_file.write(cap, time.time())
 
     def blocked(self, reason: str | None) -> None:
         """Past the deadline with no usable thread: let the waiting regions start, to fail with PLAN_BUSY."""
         self.caplog.set_busy(reason)
+        self._busy = reason is not None
         if reason is not None:
             log.error("cap: %s; failing the waiting regions with PLAN_BUSY", reason)
-            self.target.set(self.configured)
+        self._apply()
+
+    def _apply(self) -> None:
+        """The scheduler's total: the cap in force, plus a slot lent to each region that waits (the gate
+        before each submit keeps solves at the cap)."""
+        with self._slots:
+            cap = self.configured if self._busy or self.cap is None else self.cap
+            total = cap + self._lent
+            if total != self._total:
+                self.target.set(total)
+                self._total = total
+                if self._lent:
+                    log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
+
+    def _lend(self) -> None:
+        """Follow the count of regions that wait (a backoff, a busy plan) in the scheduler's total."""
+        while not self._stop.wait(STEP_S):
+            lent = self.waiting.count()
+            if lent != self._lent:
+                self._lent = lent
+                try:
+                    self._apply()
+                except Exception:  # luigid did not answer: the next change tries again
+                    log.exception("cap: could not lend slots to the regions that wait")
+                    self._total = None
 
     def _try_own(self) -> bool:
         if self.url:  # a local scheduler is this run's alone: nobody to share it with
@@ -188,14 +234,21 @@ class Steward:
             self._lock = f
         self._owner = True
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
-        self.governor.start(self.seen)
+        if self.governor is not None:
+            self.governor.start(self.seen)
+        else:
+            self.cap = self.configured
+            self._apply()
         self.seen = None
+        self._lender = threading.Thread(target=self._lend, name="slot-lender", daemon=True)
+        self._lender.start()
         return True
 
     def _wait_to_own(self) -> None:
-        while not self._stop.wait(min(1.0, self.governor.every_s / 2)):
+        while not self._stop.wait(min(1.0, self.every_s / 2)):
             if self._try_own():
-                log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
+                if self.follow:
+                    log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
                 return
 
     def start(self) -> None:
@@ -205,7 +258,8 @@ class Steward:
             self.me.touch()
         if not self._try_own():
             self.seen = None  # the plan check's reading is stale by the time this run takes over
-            log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
+            if self.follow:
+                log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
             self._waiter = threading.Thread(target=self._wait_to_own, name="plan-steward", daemon=True)
             self._waiter.start()
 
@@ -222,16 +276,22 @@ class Steward:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._waiter is not None:
-            self._waiter.join(timeout=5)
+        for thread in (self._waiter, self._lender):
+            if thread is not None:
+                thread.join(timeout=5)
         self.me.unlink(missing_ok=True)
         if not self._owner:
             return
-        self.governor.stop()
+        if self.governor is not None:
+            self.governor.stop()
         self.caplog.set_busy(None)
-        if self.url and self.cap != self.configured and not self._others_running():
+        self.cap_file.clear()
+        if self.url and self._total != self.configured and not self._others_running():
             # The last run out: luigid keeps the configured cap until a run follows the plan again.
-            self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
+            if self.follow and self.cap != self.configured:
+                self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
+            self._lent = 0
+            self._apply()
         if self._lock is not None:
             self._lock.close()
 
@@ -249,17 +309,15 @@ def plan_client() -> CaptchaAI:
 
 @contextlib.contextmanager
 def following_plan(url: str | None) -> Iterator[tuple[list[str], SchedulerFactory | None]]:
-    """Around a run: (extra Luigi arguments, scheduler factory) that make its cap follow the plan.
+    """Around a run: (extra Luigi arguments, scheduler factory) that keep its captchaai total at the
+    cap in force (following the plan, or the configured cap) plus the regions that wait.
 
     Local runs get keep-alive, so that regions wait for a slot the cap holds back instead of the
     worker exiting with them unrun (runs on luigid have it already).
     """
     os.environ[RUN_STARTED] = str(time.time())
     try:
-        if not config.captchaai().follow_plan:
-            yield [], None
-            return
-        with _stewarded(url) as plan:
+        with _stewarded(url, config.captchaai().follow_plan) as plan:
             yield plan
     finally:
         os.environ.pop(RUN_STARTED, None)
@@ -272,13 +330,13 @@ def run_started() -> float | None:
 
 
 @contextlib.contextmanager
-def _stewarded(url: str | None) -> Iterator[tuple[list[str], SchedulerFactory | None]]:
+def _stewarded(url: str | None, follow: bool) -> Iterator[tuple[list[str], SchedulerFactory | None]]:
     global _checked
     seen = None
     if _checked is not None and time.monotonic() - _checked[2] < 5:
         seen = _checked[:2]
     _checked = None
-    steward = Steward(url, seen)
+    steward = Steward(url, seen, follow)
     steward.start()
     try:
         yield ([] if url else ["--worker-keep-alive"]), SchedulerFactory(steward.local)

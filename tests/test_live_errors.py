@@ -22,7 +22,7 @@ from werkzeug.wrappers import Request, Response
 
 from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import SUBMIT_RESENDS, CaptchaAI
-from portal_export.errors import TransientError
+from portal_export.errors import BusyThreads, TransientError
 from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 
@@ -396,7 +396,7 @@ def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
     params = {"googlekey": sitekey_for("north"), "pageurl": f"{live.portal_url}/export?day=2026-08-31&region=north"}
     with pytest.raises(TransientError) as info:
         client.submit(params)
-    assert type(info.value) is TransientError and info.value.code == "ERROR_ZERO_BALANCE"
+    assert type(info.value) is BusyThreads and info.value.code == "ERROR_ZERO_BALANCE"
     assert "4 of 5 plan threads worked" in str(info.value)
     assert live.stats()["codes"]["in.php"] == {"ERROR_ZERO_BALANCE": 2} and live.stats()["actions"]["threadsinfo"] == 2
     assert not breaker.path.exists()
