@@ -34,7 +34,7 @@ from .inflight import InFlight, alive
 
 log = logging.getLogger(__name__)
 
-STEP_S = 0.05  # how often a waiting solve looks again: well under a poll, a few listdirs a second
+STEP_S = 0.02  # how often a wait looks again (a listdir): well under a poll, and a slot lent at once
 
 
 class Waiting(InFlight):

@@ -77,6 +77,7 @@ class SandboxState:
         self.tasks: dict[str, Task] = {}
         self._tokens: dict[str, str] = {}  # token -> task id
         self._holds: list[list] = []  # [start, end, key] per plan thread hold, for the timeline
+        self._ambush: list | None = None  # [n, seconds, key, taken]: another consumer's threads, at a submit
         self._active: list[list] = []  # the holds not yet over, for the per-request checks
         self._sessions: dict[str, Session] = {}  # cookie -> what it was served, and its login
         self._maintenance: dict[tuple, int] = {}  # (day, region) -> maintenance pages answered
@@ -168,6 +169,17 @@ class SandboxState:
                 self._hold(now, now + self.scaled(seconds), key)
             return taken
 
+    def occupy_at_next_submit(self, n: int, seconds: float, key: str, after: int = 0) -> None:
+        """Another consumer takes the last n free threads just as a submit on `key` would use one of
+        them (before it is answered), once `after` tasks exist."""
+        with self.lock:
+            self._ambush = [n, seconds, key, None, after]
+
+    def ambushed(self) -> int | None:
+        """How many threads the armed consumer took at its submit; None while it waits for one."""
+        with self.lock:
+            return None if self._ambush is None else self._ambush[3]
+
     # ── CaptchaAI tasks ──────────────────────────────────────────────────────
     def _draw_solve_s(self) -> float:
         cfg, rng = self.cfg, self._rng_solve
@@ -182,6 +194,11 @@ class SandboxState:
     ) -> tuple[bool, str]:
         with self.lock:
             now, cfg = self.now(), self.cfg
+            ambush = self._ambush
+            if ambush is not None and ambush[3] is None and ambush[2] == key and len(self.tasks) >= ambush[4]:
+                if 0 < cfg.threads - self._in_use(key, now) <= ambush[0]:
+                    ambush[3] = self.occupy_threads(ambush[0], ambush[1], key)
+                    now = self.now()  # its holds start now: count them
             if key in cfg.no_plan_keys or self._in_use(key, now) >= cfg.threads:
                 return False, ZERO_BALANCE
             # draw both for every task so the streams stay aligned whatever the config
