@@ -180,6 +180,12 @@ class SandboxState:
         with self.lock:
             return None if self._ambush is None else self._ambush[3]
 
+    def _ambush_due(self, key: str, now: float) -> bool:
+        ambush = self._ambush
+        if ambush is None or ambush[3] is not None or ambush[2] != key or len(self.tasks) < ambush[4]:
+            return False
+        return 0 < self.cfg.threads - self._in_use(key, now) <= ambush[0]
+
     # ── CaptchaAI tasks ──────────────────────────────────────────────────────
     def _draw_solve_s(self) -> float:
         cfg, rng = self.cfg, self._rng_solve
@@ -194,11 +200,10 @@ class SandboxState:
     ) -> tuple[bool, str]:
         with self.lock:
             now, cfg = self.now(), self.cfg
-            ambush = self._ambush
-            if ambush is not None and ambush[3] is None and ambush[2] == key and len(self.tasks) >= ambush[4]:
-                if 0 < cfg.threads - self._in_use(key, now) <= ambush[0]:
-                    ambush[3] = self.occupy_threads(ambush[0], ambush[1], key)
-                    now = self.now()  # its holds start now: count them
+            if self._ambush_due(key, now):
+                assert self._ambush is not None
+                self._ambush[3] = self.occupy_threads(self._ambush[0], self._ambush[1], key)
+                now = self.now()  # its holds start now: count them
             if key in cfg.no_plan_keys or self._in_use(key, now) >= cfg.threads:
                 return False, ZERO_BALANCE
             # draw both for every task so the streams stay aligned whatever the config
