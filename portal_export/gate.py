@@ -81,6 +81,7 @@ class Gate:
         *,
         configured: int,
         plan_every_s: float,
+        follows_plan: bool = True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -91,6 +92,7 @@ class Gate:
         self.lock_path = Path(state_dir) / "inflight.lock"
         self.configured = configured
         self.plan_every_s = plan_every_s
+        self.follows_plan = follows_plan
         self.clock = clock
         self.sleep = sleep
 
@@ -134,14 +136,16 @@ class Gate:
         self.inflight.poke()
 
     def after_refusal(self, refused_at: float, busy_since: float, detail: str) -> None:
-        """A submit was refused for busy threads: wait, holding no slot, for the plan to be read again.
+        """A submit was refused for busy threads: wait for the plan to be read again.
 
         Returns when a reading made after the refusal is in (the cap then says whether there is room;
         the gate waits on it), or after one plan period when nobody follows the plan. Raises PLAN_BUSY
-        once submits have been refused for the deadline in a row.
+        once submits have been refused for the deadline in a row. While the cap follows the plan the
+        region lends its slot meanwhile; under a fixed cap it keeps it: another region's submit would
+        only be refused as well (measured: 65 refused submits in the bench's 40 s instead of 14).
         """
         deadline = busy_since + self.deadline_s
-        with self.waiting.solving():
+        with self.waiting.solving() if self.follows_plan else contextlib.nullcontext():
             until = min(self.clock() + self.plan_every_s, deadline)
             while self.clock() < until:
                 self.check()

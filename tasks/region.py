@@ -34,7 +34,12 @@ def make_solver() -> CaptchaAI:
         http_timeout_s=cfg.http_timeout_s,
         breaker=breaker,
         # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
-        gate=Gate(config.state_dir(), configured=governor.configured_cap(), plan_every_s=cfg.plan_every_s),
+        gate=Gate(
+            config.state_dir(),
+            configured=governor.configured_cap(),
+            plan_every_s=cfg.plan_every_s,
+            follows_plan=cfg.follow_plan,
+        ),
     )
 
 

@@ -138,6 +138,15 @@ def test_with_nobody_reading_the_plan_a_refusal_waits_one_period(tmp_path):
     assert clock() == pytest.approx(1003.0, abs=0.05)
 
 
+def test_under_a_fixed_cap_a_refused_region_keeps_its_slot(tmp_path):
+    """Nobody lowers the cap: a region started in the lent slot would only be refused as well."""
+    seen = []
+    gate = Gate(tmp_path, configured=4, plan_every_s=0.2, follows_plan=False)
+    gate.sleep = lambda s: (seen.append(gate.waiting.count()), time.sleep(s))
+    gate.after_refusal(time.time(), time.time(), "all 5 plan threads busy")
+    assert seen and set(seen) == {0}
+
+
 def test_refusals_in_a_row_for_twenty_plan_periods_fail_with_plan_busy(tmp_path):
     clock = Clock()
     gate = Gate(tmp_path, configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)

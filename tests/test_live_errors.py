@@ -355,22 +355,23 @@ def test_a_read_timeout_is_a_network_error_and_retried(live, north_only, data_di
     assert [t["id"] for t in delivered] == north["task_ids"]  # the slow submit's late task is not ours
 
 
-def test_busy_threads_are_transient_and_retried(live, north_only, data_dir, caplog):
-    north_only()
-    # Another consumer holds every plan thread; one frees (the plan grows by one) as the second attempt starts.
+def test_busy_threads_are_waited_out_spending_no_attempt(live, north_only, data_dir, caplog):
+    north_only(captchaai={"plan_every_s": 0.2})
+    # Another consumer holds every plan thread; one frees (the plan grows by one) after the first refusal.
     assert live.occupy_threads(5, 10_000) == 5
-    busy = watch(lambda: live.stats()["requests"].get("portal_get", 0) >= 2, lambda: live.configure(threads=6))
+    refused = lambda: live.stats()["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE", 0)  # noqa: E731
+    answered = lambda: live.stats()["actions"].get("threadsinfo", 0) >= 1  # noqa: E731 (the refusal's diagnosis)
+    busy = watch(lambda: refused() >= 1 and answered(), lambda: live.configure(threads=6))
     d = day(23)
     export(d)
     busy.join()
     north = facts(data_dir, d, "north")
-    assert north["attempts"] >= 2 and north["transient_errors"] == ["ERROR_ZERO_BALANCE"] * (north["attempts"] - 1)
-    stats = live.stats()
-    assert stats["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= north["attempts"] - 1
-    assert stats["requests"]["portal_get"] == north["attempts"]
+    assert (north["attempts"], north["transient_errors"]) == (1, [])  # a busy refusal is no attempt
+    assert north["busy_waits"] == refused() >= 1
+    assert live.stats()["requests"]["portal_get"] == 1  # the same page, submitted again once a thread freed
     (task,) = live.tasks()  # nothing was accepted while the threads were busy
     assert north["task_ids"] == [task["id"]]
-    assert "all 5 plan threads busy" in caplog.text
+    assert "all 5 plan threads busy" in caplog.text and "no attempt spent" in caplog.text
 
 
 def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
