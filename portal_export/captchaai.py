@@ -262,7 +262,7 @@ class CaptchaAI:
             busy_since = busy_since or refused_at
             self.busy_waits += 1
             log.warning("CaptchaAI refused a submit: %s; waiting for a free thread (no attempt spent)", refused.detail)
-            self._gate.after_refusal(refused_at, busy_since, refused.detail)
+            self._gate.after_refusal(refused_at, busy_since, refused.detail, self.threads, self.poll_every_s)
 
     def _in_flight(self) -> contextlib.AbstractContextManager[None]:
         if self._gate is not None:

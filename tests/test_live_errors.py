@@ -442,11 +442,12 @@ def test_a_refused_token_is_reported_bad_counted_and_retried(live, north_only, d
 
 def test_retries_wait_growing_delays_with_jitter(live, north_only, data_dir, caplog):
     north_only(portal={"retry_base_s": 0.1, "retry_jitter_s": 0.02})  # waits 0.1, 0.3, 0.7 s +- 0.02
-    live.configure(faults=faults(portal_post={0: "html502", 1: "html502", 2: "html502"}))
+    # 500s: a gateway's 502 on the post would be posted again with its token instead
+    live.configure(faults=faults(portal_post={0: "server_error", 1: "server_error", 2: "server_error"}))
     d = day(26)
     export(d)
     north = facts(data_dir, d, "north")
-    assert north["attempts"] == 4 and north["transient_errors"] == ["PORTAL_HTTP_502"] * 3
+    assert north["attempts"] == 4 and north["transient_errors"] == ["PORTAL_HTTP_500"] * 3
     submits = [t["submit_t"] for t in served(live)]
     gaps = [b - a for a, b in itertools.pairwise(submits)]  # solve + post + wait + page, per attempt
     assert gaps[1] - gaps[0] > 0.1 and gaps[2] - gaps[1] > 0.25, gaps  # waits grow: +0.2 s, then +0.4 s
