@@ -6,6 +6,10 @@ scheduler's, in this process. Luigi creates the local scheduler inside the run; 
 for that is `worker_scheduler_factory`, so the run goes through `run_with_retcodes` below, Luigi's
 own with that one argument added (as gokart does), and the factory hands the scheduler over.
 
+The scheduler's total is that cap plus one slot per region that waits (a backoff, a busy plan:
+`portal_export.gate`), so a waiting region lends its slot; the gate before each submit keeps solves
+in flight at the cap, which `_state/cap.json` publishes to the tasks with the time of each reading.
+
 Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
 data dir's `_state/` (named for the scheduler's URL); the others wait to take over. The last one
 out puts the configured cap back.
