@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import luigi.scheduler
 import pytest
@@ -210,6 +211,8 @@ def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_
     steward = Steward(None, follow=False)
     scheduler = luigi.scheduler.Scheduler()
     steward.local.attach(scheduler)
+    worker = types.SimpleNamespace(worker_processes=8)  # [core] workers = 8
+    steward.workers.attach(worker, 8)
     steward.start()
 
     def total():
@@ -223,9 +226,15 @@ def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_
 
     try:
         assert wait_for(4) == 4
+        assert worker.worker_processes == 5  # a process per slot and one for the day tasks: no idle polling
         waiting = Waiting(steward.state)
         with waiting.solving(), waiting.solving():
             assert wait_for(6) == 6  # two regions in backoff lend their slots
+            assert worker.worker_processes == 7
+            with waiting.solving(), waiting.solving():
+                assert wait_for(8) == 8
+                assert worker.worker_processes == 8  # never above [core] workers
         assert wait_for(4) == 4
+        assert worker.worker_processes == 5
     finally:
         steward.stop()
