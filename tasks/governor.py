@@ -243,8 +243,8 @@ class Steward:
             cap = self.configured if self._busy or self.cap is None else self.cap
             total = cap + self._lent
             if total != self._total:
+                self.workers.set(total)  # first: a process is there by the time the slot is
                 self.target.set(total)
-                self.workers.set(total)
                 self._total = total
                 if self._lent:
                     log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
