@@ -41,7 +41,7 @@ from luigi.setup_logging import InterfaceLogging
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
-from portal_export.gate import STEP_S, CapInForce, Waiting
+from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
@@ -50,6 +50,7 @@ from .scheduler import remote
 
 log = logging.getLogger(__name__)
 RESOURCE = "captchaai"
+LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
 RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"  # for the health files' seconds_below_cap; tasks inherit it
 # The run's plan check (`describe`) and its governor's first reading are one threadsinfo request.
 _checked: tuple[int, int, float] | None = None
@@ -79,10 +80,10 @@ class LocalCap:
 
 
 class WorkerCount:
-    """The run's Luigi worker: its process count follows the slots (a region each, one more for the day
-    tasks, at most [core] workers). With spare processes Luigi's worker asks the scheduler for work
-    every `wait_interval` while all slots are taken (measured: luigid's CPU 40 -> 75 s over the
-    365-day run); with none it waits for a task to end, and asks again when a slot is lent."""
+    """The run's Luigi worker: its process count follows the slots (at most [core] workers), as
+    workers = cap did before slots were lent. With spare processes Luigi's worker asks the scheduler
+    for work every `wait_interval` while all slots are taken (measured: luigid's CPU 40 -> 75 s over
+    the 365-day run); with none it waits for a task to end, and asks again when a slot is lent."""
 
     def __init__(self) -> None:
         self.worker: Any = None
@@ -98,7 +99,7 @@ class WorkerCount:
         self.wanted = slots
         if self.worker is not None and self.most > 1:
             # Never 1: Luigi runs tasks in its own process then (worker.py:1048), without die_with_worker.
-            self.worker.worker_processes = max(2, min(self.most, slots + 1))
+            self.worker.worker_processes = max(2, min(self.most, slots))
 
 
 class LuigidCap:
@@ -251,7 +252,7 @@ class Steward:
 
     def _lend(self) -> None:
         """Follow the count of regions that wait (a backoff, a busy plan) in the scheduler's total."""
-        while not self._stop.wait(STEP_S):
+        while not self._stop.wait(LEND_EVERY_S):
             lent = self.waiting.count()
             if lent != self._lent:
                 self._lent = lent
