@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import requests
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from .errors import NOT_READY, ZERO_BALANCE, ExportError, KeyLevelError, TransientError, classify
+from .errors import NOT_READY, ZERO_BALANCE, BusyThreads, ExportError, KeyLevelError, TransientError, classify
 
 if TYPE_CHECKING:
     from .breaker import KeyBreaker
+    from .gate import Gate
     from .inflight import InFlight
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class CaptchaAI:
         session: requests.Session | None = None,
         breaker: KeyBreaker | None = None,
         inflight: InFlight | None = None,
+        gate: Gate | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -116,10 +118,12 @@ class CaptchaAI:
         self.http_timeout_s = float(http_timeout_s)
         self._session = session or requests.Session()
         self._breaker = breaker
-        self._inflight = inflight
+        self._inflight = gate.inflight if gate is not None else inflight
+        self._gate = gate
         self._clock = clock
         self._sleep = sleep
         self.resent: list[str] = []  # codes of submits sent again at once, for the region's facts
+        self.busy_waits = 0  # submits refused for busy threads and waited out, no attempt spent
 
     def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
@@ -184,14 +188,14 @@ class CaptchaAI:
                     threads,
                     working,
                 )
-                raise TransientError(ZERO_BALANCE, f"all {threads} plan threads busy")
+                raise BusyThreads(ZERO_BALANCE, f"all {threads} plan threads busy")
             # A free thread shows: the plan may be missing, or a thread freed up since the refusal.
             idle = idle and working == 0
         if not idle:
             # Threads are working, so the plan is active: they freed and were taken again between our
             # calls (another consumer, or a killed run's solves still held). Busy, not "no plan":
             # tripping the breaker here would stop every run until an operator clears it.
-            raise TransientError(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
+            raise BusyThreads(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
         # Refused twice with nothing working at all: there is no active plan.
         raise self._error(
             ZERO_BALANCE,
@@ -234,18 +238,35 @@ class CaptchaAI:
 
         `on_submit(task_id)` hears of the task as soon as it exists, so a caller can account for
         tasks whose solve then fails. The solve counts as in flight from before its submit to its
-        last poll: never fewer than the plan threads it holds.
+        last poll: never fewer than the plan threads it holds. With a gate, the submit waits for a
+        place under the cap in force, and a submit refused for busy threads is no failure: the solve
+        waits for a free thread (holding none, and no slot) and submits again.
         """
-        with self._in_flight():
-            start = self._clock()
-            task_id = self.submit(params)
-            log.info("CaptchaAI task %s submitted", task_id)
-            if on_submit is not None:
-                on_submit(task_id)
-            token = self.poll(task_id, start + self.timeout_s, on_poll)
-            return Solve(token, task_id, self._clock() - start)
+        busy_since: float | None = None
+        while True:
+            with self._in_flight():
+                start = self._clock()
+                try:
+                    task_id = self.submit(params)
+                except BusyThreads as err:
+                    if self._gate is None:
+                        raise
+                    refused = err
+                else:
+                    log.info("CaptchaAI task %s submitted", task_id)
+                    if on_submit is not None:
+                        on_submit(task_id)
+                    token = self.poll(task_id, start + self.timeout_s, on_poll)
+                    return Solve(token, task_id, self._clock() - start)
+            refused_at = self._gate.clock()
+            busy_since = busy_since or refused_at
+            self.busy_waits += 1
+            log.warning("CaptchaAI refused a submit: %s; waiting for a free thread (no attempt spent)", refused.detail)
+            self._gate.after_refusal(refused_at, busy_since, refused.detail, self.threads, self.poll_every_s)
 
     def _in_flight(self) -> contextlib.AbstractContextManager[None]:
+        if self._gate is not None:
+            return self._gate.solving()
         return self._inflight.solving() if self._inflight is not None else contextlib.nullcontext()
 
     def threads(self) -> tuple[int, int]:

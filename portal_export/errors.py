@@ -29,6 +29,10 @@ class TransientError(ExportError):
     """Server errors, busy threads, network, poll deadline: worth a fresh attempt after a wait."""
 
 
+class BusyThreads(TransientError):
+    """Every plan thread is busy: the submit made no task. A client with a gate waits instead of raising."""
+
+
 class TokenRefused(TransientError):
     """The portal refused a solved token; the task is reported bad and the region tried afresh."""
 

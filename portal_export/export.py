@@ -36,7 +36,8 @@ class RegionOutcome:
     attempts: int = 0  # fresh pages loaded
     refused_tokens: int = 0
     transient_errors: list[str] = field(default_factory=list)  # codes, in order
-    idle_slot_seconds: float = 0.0  # backoff waits, during which the task keeps its captchaai slot
+    idle_slot_seconds: float = 0.0  # backoff waits, during which the task lends its captchaai slot
+    reposted_posts: list[str] = field(default_factory=list)  # gateway errors on the form post, token posted again
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rows": len(self.records)}
@@ -91,6 +92,7 @@ def export_region(
                     login=login,
                     on_task=out.task_ids.append,
                     on_poll=on_poll,
+                    on_repost=out.reposted_posts.append,
                 )
             except UnsolvableError as err:
                 unsolvable += 1

@@ -118,7 +118,8 @@ class Governor:
     """Reads the plan every period and keeps the cap in force where `decide` says.
 
     `set_cap(n, reason)` is called once at the first reading and then at each change; `blocked(reason)`
-    once the cap has been 0 for `ZERO_CAP_PERIODS` periods, and `blocked(None)` when it rises again.
+    once the cap has been 0 for `ZERO_CAP_PERIODS` periods, and `blocked(None)` when it rises again;
+    `on_read(n)` after every reading that answered (solves refused as busy wait for one).
     """
 
     def __init__(
@@ -131,6 +132,7 @@ class Governor:
         every_s: float,
         set_cap: Callable[[int, str], None],
         blocked: Callable[[str | None], None] = lambda reason: None,
+        on_read: Callable[[int], None] = lambda cap: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plan = plan
@@ -140,6 +142,7 @@ class Governor:
         self.every_s = every_s
         self.set_cap = set_cap
         self.blocked = blocked
+        self.on_read = on_read
         self.clock = clock
         self.cap: int | None = None
         self._proposed: int | None = None
@@ -172,6 +175,7 @@ class Governor:
             self.set_cap(decision.cap, decision.reason)
             self.cap = decision.cap
         self._watch_zero(decision)
+        self.on_read(decision.cap)
         return decision
 
     def _watch_zero(self, decision: Decision) -> None:

@@ -22,8 +22,9 @@ class RegionHealth(TypedDict):
     attempts: int
     refused_tokens: int
     transient_errors: list[str]
-    idle_slot_seconds: float
+    idle_slot_seconds: float  # backoff waits (the region lent its slot to another meanwhile)
     resent_submits: list[str]  # submits the service failed explicitly and the client sent again
+    busy_waits: int  # submits refused for busy threads and waited out, no attempt spent
     seconds_below_cap: float  # while the region ran, the cap in force was below [resources] captchaai
 
 
@@ -41,6 +42,7 @@ class DayHealth(TypedDict):
     refused_tokens: int
     idle_slot_seconds: float
     resent_submits: int
+    busy_waits: int
     seconds_below_cap: float  # the orchestrator's count: it knows when its run started
     regions: dict[str, RegionHealth]
 
@@ -74,6 +76,7 @@ def day_health(
             "transient_errors": f["transient_errors"],
             "idle_slot_seconds": f["idle_slot_seconds"],
             "resent_submits": f.get("resent_submits", []),
+            "busy_waits": f.get("busy_waits", 0),
             "seconds_below_cap": f.get("seconds_below_cap", 0.0),
         }
     ok = [r for r in per_region.values() if r["status"] == "ok"]
@@ -91,6 +94,7 @@ def day_health(
         "refused_tokens": sum(r["refused_tokens"] for r in per_region.values()),
         "idle_slot_seconds": sum(r["idle_slot_seconds"] for r in per_region.values()),
         "resent_submits": sum(len(r["resent_submits"]) for r in per_region.values()),
+        "busy_waits": sum(r["busy_waits"] for r in per_region.values()),
         "seconds_below_cap": seconds_below_cap,
         "regions": per_region,
     }

@@ -94,6 +94,16 @@ class Sandbox:
         many it got (at most the free ones)."""
         return self._live.occupy_threads(n, seconds, key)
 
+    def occupy_at_next_submit(self, n: int, seconds: float, key: str = SANDBOX_KEY, after: int = 0) -> None:
+        """Another consumer on `key` takes the last n free threads (for `seconds`, scaled) just as a
+        submit would use one, before it is answered, once `after` tasks exist: the worst moment for
+        that submit, which is refused."""
+        self._live.occupy_at_next_submit(n, seconds, key, after)
+
+    def ambushed(self) -> int | None:
+        """Threads the consumer armed by occupy_at_next_submit took; None until a submit came."""
+        return self._live.ambushed()
+
     def stats(self) -> dict:
         return self._live.snapshot_stats()
 

@@ -77,6 +77,7 @@ class SandboxState:
         self.tasks: dict[str, Task] = {}
         self._tokens: dict[str, str] = {}  # token -> task id
         self._holds: list[list] = []  # [start, end, key] per plan thread hold, for the timeline
+        self._ambush: list | None = None  # [n, seconds, key, taken]: another consumer's threads, at a submit
         self._active: list[list] = []  # the holds not yet over, for the per-request checks
         self._sessions: dict[str, Session] = {}  # cookie -> what it was served, and its login
         self._maintenance: dict[tuple, int] = {}  # (day, region) -> maintenance pages answered
@@ -168,6 +169,23 @@ class SandboxState:
                 self._hold(now, now + self.scaled(seconds), key)
             return taken
 
+    def occupy_at_next_submit(self, n: int, seconds: float, key: str, after: int = 0) -> None:
+        """Another consumer takes the last n free threads just as a submit on `key` would use one of
+        them (before it is answered), once `after` tasks exist."""
+        with self.lock:
+            self._ambush = [n, seconds, key, None, after]
+
+    def ambushed(self) -> int | None:
+        """How many threads the armed consumer took at its submit; None while it waits for one."""
+        with self.lock:
+            return None if self._ambush is None else self._ambush[3]
+
+    def _ambush_due(self, key: str, now: float) -> bool:
+        ambush = self._ambush
+        if ambush is None or ambush[3] is not None or ambush[2] != key or len(self.tasks) < ambush[4]:
+            return False
+        return 0 < self.cfg.threads - self._in_use(key, now) <= ambush[0]
+
     # ── CaptchaAI tasks ──────────────────────────────────────────────────────
     def _draw_solve_s(self) -> float:
         cfg, rng = self.cfg, self._rng_solve
@@ -182,6 +200,10 @@ class SandboxState:
     ) -> tuple[bool, str]:
         with self.lock:
             now, cfg = self.now(), self.cfg
+            if self._ambush_due(key, now):
+                assert self._ambush is not None
+                self._ambush[3] = self.occupy_threads(self._ambush[0], self._ambush[1], key)
+                now = self.now()  # its holds start now: count them
             if key in cfg.no_plan_keys or self._in_use(key, now) >= cfg.threads:
                 return False, ZERO_BALANCE
             # draw both for every task so the streams stay aligned whatever the config

@@ -6,6 +6,10 @@ scheduler's, in this process. Luigi creates the local scheduler inside the run; 
 for that is `luigi.build`'s `worker_scheduler_factory` (tasks/luigi_run.py), which hands the
 scheduler over.
 
+The scheduler's total is that cap plus one slot per region that waits (a backoff, a busy plan:
+`portal_export.gate`), so a waiting region lends its slot; the gate before each submit keeps solves
+in flight at the cap, which `_state/cap.json` publishes to the tasks with the time of each reading.
+
 Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
 data dir's `_state/` (named for the scheduler's URL); the others wait to take over. The last one
 out puts the configured cap back.
@@ -31,6 +35,7 @@ from portal_export import forksafe
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
+from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
@@ -41,6 +46,7 @@ from .scheduler_url import bare, shown
 
 log = logging.getLogger(__name__)
 RESOURCE = "captchaai"
+LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
 RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"  # for the health files' seconds_below_cap; tasks inherit it
 # The run's plan check (`describe`) and its governor's first reading are one threadsinfo request.
 _checked: tuple[int, int, float] | None = None
@@ -69,6 +75,29 @@ class LocalCap:
             self.scheduler.update_resource(RESOURCE, cap)
 
 
+class WorkerCount:
+    """The run's Luigi worker: its process count follows the slots (at most [core] workers), as
+    workers = cap did before slots were lent. With spare processes Luigi's worker asks the scheduler
+    for work every `wait_interval` while all slots are taken (measured: luigid's CPU 40 -> 75 s over
+    the 365-day run); with none it waits for a task to end, and asks again when a slot is lent."""
+
+    def __init__(self) -> None:
+        self.worker: Any = None
+        self.most = 0
+        self.wanted: int | None = None
+
+    def attach(self, worker: Any, processes: int) -> None:
+        self.worker, self.most = worker, processes
+        if self.wanted is not None:
+            self.set(self.wanted)
+
+    def set(self, slots: int) -> None:
+        self.wanted = slots
+        if self.worker is not None and self.most > 1:
+            # Never 1: Luigi runs tasks in its own process then (worker.py:1048), without die_with_worker.
+            self.worker.worker_processes = max(2, min(self.most, slots))
+
+
 class LuigidCap:
     def __init__(self, url: str) -> None:
         self.url = url
@@ -83,28 +112,40 @@ def _scheduler_key(url: str) -> str:
 
 
 class Steward:
-    """Starts a Governor when this run may set the cap, and stops it (restoring the cap) at the end."""
+    """Keeps the scheduler's captchaai total at the cap in force plus the regions that wait, when this
+    run may set it; follows the plan with a Governor (follow_plan = true) or keeps the configured cap;
+    restores the configured total at the end."""
 
-    def __init__(self, url: str | None, seen: tuple[int, int] | None = None) -> None:
+    def __init__(self, url: str | None, seen: tuple[int, int] | None = None, follow: bool = True) -> None:
         cfg = config.captchaai()
         self.url = url
         self.seen = seen
+        self.follow = follow
         self.configured = configured_cap()
         self.state = config.state_dir()
         self.caplog = CapLog(self.state)
         self.inflight = InFlight(self.state)
+        self.waiting = Waiting(self.state)
+        self.cap_file = CapInForce(self.state)
         self.local = LocalCap()
+        self.workers = WorkerCount()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
+        self.every_s = cfg.plan_every_s
         self.cap: int | None = None
-        self.governor = Governor(
-            plan_client(),
-            self.inflight,
-            configured=self.configured,
-            spare=cfg.spare_threads,
-            every_s=cfg.plan_every_s,
-            set_cap=self.set_cap,
-            blocked=self.blocked,
+        self.governor = (
+            Governor(
+                plan_client(),
+                self.inflight,
+                configured=self.configured,
+                spare=cfg.spare_threads,
+                every_s=cfg.plan_every_s,
+                set_cap=self.set_cap,
+                blocked=self.blocked,
+                on_read=self.on_read,
+            )
+            if follow
+            else None
         )
         key = _scheduler_key(url or "local")
         self.lock_path = self.state / f"governor-{key}.lock"
@@ -114,22 +155,59 @@ class Steward:
         self._owner = False
         self._stop = threading.Event()
         self._waiter: threading.Thread | None = None
+        self._lender: threading.Thread | None = None
+        self._slots = threading.Lock()
+        self._busy = False
+        self._lent = 0  # slots lent to regions that wait
+        self._total: int | None = None  # the scheduler's captchaai total as this run last set it
 
     def set_cap(self, cap: int, reason: str) -> None:
-        self.target.set(cap)
         if self.cap is None:
             log.info("cap %d (%s, configured %d): %s", cap, self.where, self.configured, reason)
         else:
             log.warning("cap %d → %d: %s", self.cap, cap, reason)
         self.cap = cap
+        self._apply()
         self.caplog.note(cap, self.configured, reason)
+
+    def on_read(self, cap: int) -> None:
+        """Every answered reading: solves refused as busy wait for one made after their refusal."""
+        self.cap_file.write(cap, time.time())
 
     def blocked(self, reason: str | None) -> None:
         """Past the deadline with no usable thread: let the waiting regions start, to fail with PLAN_BUSY."""
         self.caplog.set_busy(reason)
+        self._busy = reason is not None
         if reason is not None:
             log.error("cap: %s; failing the waiting regions with PLAN_BUSY", reason)
-            self.target.set(self.configured)
+        self._apply()
+
+    def _apply(self) -> None:
+        """The scheduler's total: the cap in force, plus a slot lent to each region that waits (the gate
+        before each submit keeps solves at the cap)."""
+        with self._slots:
+            cap = self.configured if self._busy or self.cap is None else self.cap
+            total = cap + self._lent
+            if total != self._total:
+                self.workers.set(total)  # first: a process is there by the time the slot is
+                self.target.set(total)
+                self._total = total
+                if self._lent:
+                    log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
+
+    def _lend(self) -> None:
+        """Follow the count of regions that wait (a backoff, a busy plan) in the scheduler's total."""
+        while not self._stop.wait(LEND_EVERY_S):
+            lent = self.waiting.count()
+            if lent == self._lent:
+                continue
+            self._lent = lent
+            with forksafe.guard:  # setting luigid's total talks HTTP and may log: no fork in the middle
+                try:
+                    self._apply()
+                except Exception:  # luigid did not answer: the next change tries again
+                    log.exception("cap: could not lend slots to the regions that wait")
+                    self._total = None
 
     def _try_own(self) -> bool:
         if self.url:  # a local scheduler is this run's alone: nobody to share it with
@@ -142,15 +220,22 @@ class Steward:
             self._lock = f
         self._owner = True
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
-        self.governor.start(self.seen)
+        if self.governor is not None:
+            self.governor.start(self.seen)
+        else:
+            self.cap = self.configured
+            self._apply()
         self.seen = None
+        self._lender = threading.Thread(target=self._lend, name="slot-lender", daemon=True)
+        self._lender.start()
         return True
 
     def _wait_to_own(self) -> None:
-        while not self._stop.wait(min(1.0, self.governor.every_s / 2)):
+        while not self._stop.wait(min(1.0, self.every_s / 2)):
             with forksafe.guard:  # taking over reads the plan and logs: no fork in the middle
                 if self._try_own():
-                    log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
+                    if self.follow:
+                        log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
                     return
 
     def start(self) -> None:
@@ -160,7 +245,8 @@ class Steward:
             self.me.touch()
         if not self._try_own():
             self.seen = None  # the plan check's reading is stale by the time this run takes over
-            log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
+            if self.follow:
+                log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
             self._waiter = threading.Thread(target=self._wait_to_own, name="plan-steward", daemon=True)
             self._waiter.start()
 
@@ -177,16 +263,22 @@ class Steward:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._waiter is not None:
-            self._waiter.join(timeout=5)
+        for thread in (self._waiter, self._lender):
+            if thread is not None:
+                thread.join(timeout=5)
         self.me.unlink(missing_ok=True)
         if not self._owner:
             return
-        self.governor.stop()
+        if self.governor is not None:
+            self.governor.stop()
         self.caplog.set_busy(None)
-        if self.url and self.cap != self.configured and not self._others_running():
+        self.cap_file.clear()
+        if self.url and self._total != self.configured and not self._others_running():
             # The last run out: luigid keeps the configured cap until a run follows the plan again.
-            self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
+            if self.follow and self.cap != self.configured:
+                self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
+            self._lent = 0
+            self._apply()
         if self._lock is not None:
             self._lock.close()
 
@@ -204,17 +296,15 @@ def plan_client() -> CaptchaAI:
 
 @contextlib.contextmanager
 def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
-    """Around a run: the worker_scheduler_factory that makes its cap follow the plan.
+    """Around a run: the worker_scheduler_factory that keeps its captchaai total at the cap in force
+    (following the plan, or the configured cap) plus the regions that wait.
 
     Its workers keep alive: a run that finds every captchaai slot taken (on luigid, by other runs;
     locally, held back by the cap) waits its turn instead of exiting with regions unrun.
     """
     os.environ[RUN_STARTED] = str(time.time())
     try:
-        if not config.captchaai().follow_plan:
-            yield WorkerSchedulerFactory(keep_alive=True if url else None)
-            return
-        with _stewarded(url) as factory:
+        with _stewarded(url, config.captchaai().follow_plan) as factory:
             yield factory
     finally:
         os.environ.pop(RUN_STARTED, None)
@@ -227,16 +317,16 @@ def run_started() -> float | None:
 
 
 @contextlib.contextmanager
-def _stewarded(url: str | None) -> Iterator[WorkerSchedulerFactory]:
+def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory]:
     global _checked
     seen = None
     if _checked is not None and time.monotonic() - _checked[2] < 5:
         seen = _checked[:2]
     _checked = None
-    steward = Steward(url, seen)
+    steward = Steward(url, seen, follow)
     steward.start()
     try:
-        yield WorkerSchedulerFactory(on_local=steward.local.attach, keep_alive=True)
+        yield WorkerSchedulerFactory(on_local=steward.local.attach, keep_alive=True, on_worker=steward.workers.attach)
     finally:
         steward.stop()
 

@@ -29,17 +29,20 @@ class WorkerSchedulerFactory:
     """What `luigi.build` calls to make the scheduler and the worker (Luigi's own factory, plus two knobs).
 
     `on_local(scheduler)` receives the local scheduler Luigi creates inside the run (the cap is
-    set on it). `keep_alive` is the `[worker] keep_alive` of this run's worker (a worker setting,
-    which `build` does not take as an argument); None leaves it to the config.
+    set on it); `on_worker(worker, processes)` gets the run's worker (its process count follows the
+    slots). `keep_alive` is the `[worker] keep_alive` of this run's worker (a worker setting, which
+    `build` does not take as an argument); None leaves it to the config.
     """
 
     def __init__(
         self,
         on_local: Callable[[luigi.scheduler.Scheduler], None] | None = None,
         keep_alive: bool | None = None,
+        on_worker: Callable[[luigi.worker.Worker, int], None] | None = None,
     ) -> None:
         self.on_local = on_local
         self.keep_alive = keep_alive
+        self.on_worker = on_worker
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
         # the arguments of Luigi's own factory (luigi.interface)
@@ -53,9 +56,12 @@ class WorkerSchedulerFactory:
 
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
         settings = {} if self.keep_alive is None else {"keep_alive": self.keep_alive}
-        return luigi.worker.Worker(
+        worker = luigi.worker.Worker(
             scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **settings
         )
+        if self.on_worker is not None:
+            self.on_worker(worker, int(worker_processes))
+        return worker
 
 
 def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
@@ -74,7 +80,8 @@ def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
     if status.name in kinds:
         return max(kinds[status.name], default=0)
     # A status a later Luigi adds: its smiley says whether the run succeeded.
-    return 0 if status.value[0] == ":)" else int(codes.task_failed)
+    smiley: str = status.value[0]
+    return 0 if smiley == ":)" else int(codes.task_failed)
 
 
 def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:

@@ -11,7 +11,7 @@ from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import PermanentError
 from portal_export.export import export_region
-from portal_export.inflight import InFlight
+from portal_export.gate import Gate, Waiting
 
 from . import config, governor, targets
 from .base import PortalTask
@@ -33,7 +33,13 @@ def make_solver() -> CaptchaAI:
         poll_every_s=cfg.poll_every_s,
         http_timeout_s=cfg.http_timeout_s,
         breaker=breaker,
-        inflight=InFlight(config.state_dir()),  # the governor counts our solves through it
+        # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
+        gate=Gate(
+            config.state_dir(),
+            configured=governor.configured_cap(),
+            plan_every_s=cfg.plan_every_s,
+            follows_plan=cfg.follow_plan,
+        ),
     )
 
 
@@ -93,12 +99,14 @@ class RegionExport(PortalTask):
             retry_jitter_s=p.retry_jitter_s,
             http_timeout_s=config.captchaai().http_timeout_s,
             login=portal_login(),
+            sleep=Waiting(config.state_dir()).sleep,  # a backoff lends this task's slot to another region
             on_attempt=on_attempt,
             on_poll=on_poll,
         )
         facts = outcome.to_dict()
         ended = time.time()
         facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
+        facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
         facts["started_at"], facts["ended_at"] = started, ended
         facts["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, ended)
         with self.output().open("w") as f:

@@ -13,7 +13,7 @@ import responses
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError
 
 from portal_export.captchaai import SUBMIT_RESENDS, CaptchaAI, Solve
-from portal_export.errors import KeyLevelError, PermanentError, TransientError, UnsolvableError
+from portal_export.errors import BusyThreads, KeyLevelError, PermanentError, TransientError, UnsolvableError
 
 API = "https://ocr.test"
 KEY = "k3y-0123456789abcdef0123456789ab"  # written on no line that a traceback could quote
@@ -289,7 +289,7 @@ def test_zero_balance_with_every_thread_busy_is_transient(api, client):
     api.on("in.php", err("ERROR_ZERO_BALANCE")).on("threadsinfo", {"threads": "5", "working_threads": 5})
     with pytest.raises(TransientError) as info:
         client.submit(PARAMS)
-    assert type(info.value) is TransientError
+    assert type(info.value) is BusyThreads  # transient, and waited out by a client with a gate
     assert info.value.code == "ERROR_ZERO_BALANCE"
     assert api.sequence() == ["in.php", "threadsinfo"]
 
@@ -318,7 +318,7 @@ def test_zero_balance_twice_then_all_busy_is_transient(api, client):
     api.on("threadsinfo", {"threads": "5", "working_threads": 2}, {"threads": "5", "working_threads": 5})
     with pytest.raises(TransientError) as info:
         client.submit(PARAMS)
-    assert type(info.value) is TransientError
+    assert type(info.value) is BusyThreads  # transient, and waited out by a client with a gate
     assert info.value.code == "ERROR_ZERO_BALANCE"
     assert api.sequence() == ["in.php", "threadsinfo", "in.php", "threadsinfo"]
 

@@ -98,9 +98,10 @@ def test_day_health_all_ok():
         "transient_errors": ["PORTAL_HTTP_403"],
         "idle_slot_seconds": 12.5,
         "resent_submits": [],  # region files from before these keys read as none
+        "busy_waits": 0,
         "seconds_below_cap": 0.0,
     }
-    assert health["resent_submits"] == 0
+    assert health["resent_submits"] == 0 and health["busy_waits"] == 0
     json.dumps(health)  # it is written as JSON
 
 

@@ -74,14 +74,21 @@ def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_ex
     assert accepted == {(d, r): 1 for d in DAYS for r in REGIONS}
 
     # Every submit fault shows in a region's facts (of the run that delivered it): sent again at once
-    # when the service said it failed on its side, else (or past the resends) as a failed attempt.
+    # when the service said it failed on its side, else (or past the resends) as a failed attempt;
+    # a form post answered 502 is posted again with its token.
     targets = region_targets(data_dir)
     recorded = collections.Counter(code for facts in targets.values() for code in facts["transient_errors"])
     resent = collections.Counter(code for facts in targets.values() for code in facts["resent_submits"])
+    reposted = collections.Counter(code for facts in targets.values() for code in facts["reposted_posts"])
     in_php = sum(n for kind, n in stats["faults"]["in.php"].items() if kind != "slow")  # slow still answers
     portal = stats["faults"]["portal_get"]["html502"] + stats["faults"]["portal_post"]["html502"]
     if len(runs) == 1:
-        assert sum(recorded.values()) + sum(resent.values()) == in_php + portal, (recorded, resent)
+        assert sum(recorded.values()) + sum(resent.values()) + sum(reposted.values()) == in_php + portal, (
+            recorded,
+            resent,
+            reposted,
+        )
+    assert reposted.keys() <= {"PORTAL_HTTP_502"}, reposted  # a gateway error on a form post: the token again
     assert {"HTTP_500", "HTTP_502", "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"} <= set(resent), resent
     assert {"NETWORK_ERROR", "PORTAL_HTTP_502"} <= set(recorded), recorded  # a reset after sending: an attempt
     assert resent.keys() <= {"HTTP_500", "HTTP_502", "ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"}

@@ -122,6 +122,9 @@ class World:
     def submitted(self):
         return [form(c) for c in self.calls("POST", f"{API}/in.php")]
 
+    def posted_tokens(self):
+        return [form(c)["g-recaptcha-response"] for c in self.form_posts()]
+
     def res(self, action):
         return [form(c) for c in self.calls("POST", f"{API}/res.php") if form(c)["action"] == action]
 
@@ -278,13 +281,37 @@ def test_portal_5xx_on_the_page_is_transient(world, solver, status):
     assert world.submitted() == []
 
 
-@pytest.mark.parametrize("status", [500, 502, 503, 408, 429])
+@pytest.mark.parametrize("status", [500, 408, 429])
 def test_portal_5xx_on_the_post_is_transient_not_a_refused_token(world, solver, status):
     world.posts.append((status, {"Content-Type": "text/html"}, "<html>down</html>"))
     with pytest.raises(TransientError) as info:
         export_once(DAY, "north", PORTAL, solver)
     assert type(info.value) is TransientError
     assert info.value.code == f"PORTAL_HTTP_{status}"
+    assert world.res("reportbad") == []
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_a_gateway_error_on_the_post_posts_the_token_again_once(world, solver, status):
+    world.posts.append((status, {"Content-Type": "text/html"}, "<html>bad gateway</html>"))
+    delivery = export_once(DAY, "north", PORTAL, solver)
+    assert delivery.records == RECORDS and len(world.submitted()) == 1  # one solve, not two
+    assert world.posted_tokens() == ["tok-101", "tok-101"]
+
+
+def test_a_gateway_error_twice_on_the_post_is_transient(world, solver):
+    world.posts.extend([(502, {}, "<html>bad gateway</html>")] * 2)
+    with pytest.raises(TransientError) as info:
+        export_once(DAY, "north", PORTAL, solver)
+    assert type(info.value) is TransientError and info.value.code == "PORTAL_HTTP_502"
+    assert world.posted_tokens() == ["tok-101", "tok-101"] and world.res("reportbad") == []
+
+
+def test_a_token_refused_after_a_gateway_error_is_not_reported_bad(world, solver):
+    """Our first post may have spent it: the refusal says nothing about CaptchaAI's token."""
+    world.posts.extend([(502, {}, "<html>bad gateway</html>"), json_answer({"error": "captcha"}, status=403)])
+    with pytest.raises(TokenRefused):
+        export_once(DAY, "north", PORTAL, solver)
     assert world.res("reportbad") == []
 
 
@@ -335,11 +362,11 @@ def test_region_ok_at_first_attempt(world, solver):
 
 @pytest.mark.parametrize("jitter", [2.5, -4.0])
 def test_transient_errors_retried_attempts_times_with_backoff_then_raised(world, solver, jitter):
-    world.posts.extend([(502, {}, "<html>bad gateway</html>")] * 4)
+    world.posts.extend([(500, {}, "<html>server error</html>")] * 4)
     rng = FixedRng(jitter)
     err, waits, seen = run_region(solver, attempts=4, rng=rng)
     assert type(err) is TransientError
-    assert err.code == "PORTAL_HTTP_502"
+    assert err.code == "PORTAL_HTTP_500"
     assert "4 attempts" in str(err)
     assert waits == [10 + jitter, 30 + jitter, 70 + jitter]  # base x (2^n - 1) +- jitter
     assert set(rng.calls) == {(-10, 10)}  # (tenacity also draws a wait for the last attempt, unused)

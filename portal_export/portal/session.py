@@ -23,6 +23,9 @@ from .page import Form, Page, Widget, parse_page
 log = logging.getLogger(__name__)
 
 _TRY_AGAIN = (408, 429)  # timeouts and rate limits say nothing about the page or the token
+# A gateway's answer to the form post (the proxy reached no healthy app): the token is most likely
+# unspent, so it is posted again at once, once, instead of a fresh solve after a backoff.
+_GATEWAY = frozenset({"PORTAL_HTTP_502", "PORTAL_HTTP_503", "PORTAL_HTTP_504"})
 TOKEN_FIELD = "g-recaptcha-response"
 
 
@@ -210,8 +213,12 @@ def export_once(
     login: Login | None = None,
     on_task: Callable[[str], object] | None = None,
     on_poll: Callable[[str, int, float], object] | None = None,
+    on_repost: Callable[[str], object] | None = None,
 ) -> Delivery:
-    """Load the export page, solve its reCAPTCHA, post its form; returns the records."""
+    """Load the export page, solve its reCAPTCHA, post its form; returns the records.
+
+    `on_repost(code)` hears of a form post answered by a gateway error and sent again.
+    """
     what = f"day {day} region {region}"
     with nullcontext(session) if session else requests.Session() as s:
         ready = prepare(s, base_url, day, region, http_timeout_s=http_timeout_s, login=login)
@@ -223,9 +230,20 @@ def export_once(
         )
         log.info("%s: CaptchaAI task %s solved in %.1f s", what, task_id, seconds)
         form = Form(post.url, post.method, ())
-        resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s)
+        reposted = False
+        try:
+            resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s)
+        except TransientError as err:
+            if err.code not in _GATEWAY:
+                raise
+            log.warning("%s: the form post answered %s; posting the token again at once", what, err.code)
+            reposted = True
+            if on_repost is not None:
+                on_repost(err.code)
+            resp = _submit(s, form, post.data(token), f"form post of {what}, sent again", http_timeout_s)
         del token  # single use: nothing of it outlives the post
         if resp.status_code >= 400:
-            solver.report_bad(task_id)
+            if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
+                solver.report_bad(task_id)
             raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
         return Delivery(read_answer(resp, f"the form post of {what}"), task_id, seconds)
