@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import luigi
 import luigi.interface
@@ -100,6 +99,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
+    targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
 
 
 def preflight() -> None:
@@ -176,7 +176,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> None:
     me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
     sched = scheduler.remote(url)
     told = False
-    while not all(DayExport(d).complete() for d in days):
+    while not all_complete(days):
         busy = [
             task_id
             for status in ("RUNNING", "PENDING")
@@ -189,6 +189,10 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> None:
             say(f"waiting for {len(busy)} task(s) of these days that another run has")
             told = True
         time.sleep(0.5)
+
+
+def all_complete(days: Sequence[datetime.date]) -> bool:
+    return set(days) <= alerting.complete_days(days)
 
 
 def log_to_stderr() -> None:
@@ -236,7 +240,7 @@ def run_luigi(
     # already_running); its lock lives in /tmp/luigi by default, machine-wide, so runs into other
     # data dirs (another account, another config, a parallel test) would block each other. Here
     # the lock covers one data dir: the same command on the same outputs.
-    locks = config.state_dir() / "luigi-locks"
+    locks = targets.runtime_dir() / "luigi-locks"
     locks.mkdir(parents=True, exist_ok=True, mode=0o700)
     argv = ["--module", "tasks", *task_argv, *sched_argv, "--lock-pid-dir", str(locks)]
     if args.workers:
@@ -256,7 +260,7 @@ def run_luigi(
     if code and code in (codes.already_running, codes.not_run):
         if url:
             wait_for_other_runs(url, days)
-        if all(DayExport(d).complete() for d in days):
+        if all_complete(days):
             return 0  # done, by whichever run did it
         if code == codes.already_running:
             say(
@@ -282,7 +286,10 @@ def export_day(
         redone_at = set_aside() if set_aside else None
         code = run_luigi(args, ["DayExport", "--date", day.isoformat()], [day], redone_at)
         if DayExport(day).complete():
-            say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
+            store = targets.store()
+            say(
+                f"export: {store.location(targets.day_records_key(day))} and {store.location(targets.day_health_key(day))}"
+            )
         return run.finish(code)  # non-zero when the day is missing
 
 
@@ -326,19 +333,23 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
 
     def set_aside() -> float | None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        store = targets.store()
         redone_at = None
         for region in config.regions():
-            path = Path(targets.region_path(day, region))
-            if path.exists() and json.loads(path.read_text()).get("status") == "unsolvable":
-                redone_at = max(redone_at or 0, path.stat().st_mtime)
-                path.replace(path.with_name(f"{path.name}.unsolvable-{stamp}"))  # kept for the record
+            key = targets.region_key(day, region)
+            data = store.read(key)
+            facts = json.loads(data) if data is not None else {}
+            if facts.get("status") == "unsolvable":
+                redone_at = max(redone_at or 0, float(facts.get("ended_at") or time.time()))
+                store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
+                store.delete(key)
                 say(f"retry-unsolvable: {day} {region} will be solved again")
         if redone_at is None:
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
         else:
             # A day that passed with an unsolvable region is rebuilt with the region solved again.
-            for day_file in (targets.day_records_path(day), targets.day_health_path(day)):
-                Path(day_file).unlink(missing_ok=True)
+            for day_key in (targets.day_records_key(day), targets.day_health_key(day)):
+                store.delete(day_key)
         return redone_at
 
     return export_day(args, day, set_aside)
@@ -356,7 +367,8 @@ def cmd_alert_test(args: argparse.Namespace) -> int:
 
 
 def cmd_clear_breaker(args: argparse.Namespace) -> int:
-    codes = KeyBreaker.clear(config.state_dir())
+    targets.check_store()
+    codes = KeyBreaker.clear(targets.store())
     say(f"breaker cleared ({', '.join(codes)})" if codes else "breaker was not open")
     return 0
 
@@ -365,9 +377,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """The solve-health report of the configured data dir, with the configured validation threshold."""
     from portal_export import report  # pandas and matplotlib: only this command needs them
 
-    return report.main(
-        ["--data-dir", str(config.data_dir()), "--max-unsolvable-ratio", str(config.portal().max_unsolvable_ratio)]
-    )
+    targets.check_store()
+    return report.run(targets.store(), targets.where(), config.portal().max_unsolvable_ratio)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ for that is `worker_scheduler_factory`, so the run goes through `run_with_retcod
 own with that one argument added (as gokart does), and the factory hands the scheduler over.
 
 Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
-data dir's `_state/` (named for the scheduler's URL); the others wait to take over. The last one
+runtime folder (`targets.runtime_dir()`, named for the scheduler's URL); the others wait to take over. The last one
 out puts the configured cap back.
 """
 
@@ -39,7 +39,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
-from . import config
+from . import config, targets
 from .scheduler import remote
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,8 @@ class Steward:
         self.url = url
         self.seen = seen
         self.configured = configured_cap()
-        self.state = config.state_dir()
-        self.caplog = CapLog(self.state)
+        self.state = targets.runtime_dir()  # the lock and registry below are this host's
+        self.caplog = CapLog(targets.store())
         self.inflight = InFlight(self.state)
         self.local = LocalCap()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
@@ -243,7 +243,7 @@ def plan_client() -> CaptchaAI:
         key,
         config.api_base(),
         http_timeout_s=config.captchaai().http_timeout_s,
-        breaker=KeyBreaker(config.state_dir(), key),
+        breaker=KeyBreaker(targets.store(), key),
     )
 
 
@@ -294,14 +294,13 @@ def describe(url: str | None, threads: int, working: int) -> str:
     configured = configured_cap()
     if not cfg.follow_plan:
         return f"cap: follow_plan = false: the cap stays {configured}"
-    state = config.state_dir()
-    reading = Reading(threads, working, InFlight(state).count())
+    reading = Reading(threads, working, InFlight(targets.runtime_dir()).count())
     target = target_cap(configured, cfg.spare_threads, reading)
     line = (
         f"cap: {target} of {configured} configured, following the plan "
         f"({why(configured, cfg.spare_threads, reading)}; {reading.own} solves of ours in flight)"
     )
-    last = CapLog(state).last()
+    last = CapLog(targets.store()).last()
     if last is not None:
         line += f"; last change: cap {last['cap']}: {last['reason']}"
     return line
@@ -311,5 +310,5 @@ def plan_busy() -> str | None:
     """The governor's verdict once it gave up waiting for a usable thread, for regions to fail on."""
     if not config.captchaai().follow_plan:
         return None
-    busy = CapLog(config.state_dir()).busy()
+    busy = CapLog(targets.store()).busy()
     return None if busy is None else str(busy.get("reason", "no plan thread usable"))

@@ -1,6 +1,5 @@
 """RegionExport: one region of one day, in one HTTP session, holding one captchaai slot."""
 
-import json
 import logging
 import time
 
@@ -12,6 +11,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import PermanentError
 from portal_export.export import export_region
 from portal_export.inflight import InFlight
+from portal_export.store import write_json
 
 from . import config, governor, targets
 from .base import PortalTask
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def make_solver() -> CaptchaAI:
     cfg = config.captchaai()
     key = config.api_key()
-    breaker = KeyBreaker(config.state_dir(), key)
+    breaker = KeyBreaker(targets.store(), key)
     breaker.check()  # an open breaker fails the region at once, before it loads a page it cannot use
     return CaptchaAI(
         key,
@@ -33,7 +33,7 @@ def make_solver() -> CaptchaAI:
         poll_every_s=cfg.poll_every_s,
         http_timeout_s=cfg.http_timeout_s,
         breaker=breaker,
-        inflight=InFlight(config.state_dir()),  # the governor counts our solves through it
+        inflight=InFlight(targets.runtime_dir()),  # the governor counts our solves through it
     )
 
 
@@ -54,11 +54,11 @@ class RegionExport(PortalTask):
 
     resources = {"captchaai": 1}
 
-    def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(targets.region_path(self.date, self.region))
+    def output(self) -> luigi.target.FileSystemTarget:
+        return targets.target(targets.region_key(self.date, self.region))
 
-    def failure_path(self) -> str:
-        return targets.region_failure_path(self.date, self.region)
+    def failure_key(self) -> str:
+        return targets.region_failure_key(self.date, self.region)
 
     def make_solver(self) -> CaptchaAI:
         """The CaptchaAI client; tests substitute a fake here."""
@@ -100,9 +100,10 @@ class RegionExport(PortalTask):
         ended = time.time()
         facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
         facts["started_at"], facts["ended_at"] = started, ended
-        facts["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, ended)
-        with self.output().open("w") as f:
-            json.dump(facts, f, ensure_ascii=False)
+        facts["seconds_below_cap"] = CapLog(targets.store()).seconds_below(started, ended)
+        # One whole write, retried through a store outage within [portal] store_retry_s: the
+        # records of a token the portal accepted are not thrown away for a store that blinked.
+        write_json(targets.store(), targets.region_key(self.date, self.region), facts)
         log.info(
             "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
             self.date,
