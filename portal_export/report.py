@@ -530,6 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)",
     )
     args = parser.parse_args(argv)
+    if "://" in args.data_dir:  # the core reads local directories; the Luigi layer builds object stores
+        print(f"error: {args.data_dir} is an object store: run `make report`, which reaches it", file=sys.stderr)
+        return 2
 
     return run(args.data_dir, args.data_dir, args.max_unsolvable_ratio, args.out_dir)
 
