@@ -11,6 +11,8 @@ WORKERS ?=
 # auto | local | central, see README
 SCHEDULER ?= auto
 LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
+# make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
+STORE ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 TASK_LIMIT ?=
@@ -69,8 +71,8 @@ lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
 	$(VENV)/bin/mypy
 
 .PHONY: demo
-demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/)
-	$(PY) -m tasks.demo
+demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS)
+	$(PY) -m tasks.demo $(if $(STORE),--store $(STORE))
 
 .PHONY: export
 export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD

@@ -135,6 +135,8 @@ class S3Store:
     def error(self, err: BaseException, what: str) -> StoreError:
         """One line naming the store and the cause (the messages botocore gives carry no secret)."""
         where = f"store {self.url}"
+        if isinstance(err, botocore.exceptions.PartialCredentialsError):
+            return StoreError("STORE_NO_CREDENTIALS", f"{where}: {err}")
         if isinstance(err, botocore.exceptions.NoCredentialsError):
             return StoreError(
                 "STORE_NO_CREDENTIALS",

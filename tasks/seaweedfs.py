@@ -33,7 +33,7 @@ class SeaweedFS:
     """`weed server -s3` with its data under `home`; `stop()` and `start()` again keep the data and ports."""
 
     def __init__(self, home: Path) -> None:
-        self.home = Path(home)
+        self.home = Path(home).resolve()  # weed runs in `home`: a relative -dir would point elsewhere
         self.home.mkdir(parents=True, exist_ok=True)
         self.ports = {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")}
         self.grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
