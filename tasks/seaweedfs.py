@@ -43,6 +43,9 @@ class SeaweedFS:
         identity = {"name": "portal-export", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}
         identity["actions"] = ["Admin", "Read", "List", "Write", "Tagging"]
         self.config.write_text(json.dumps({"identities": [identity]}))
+        # weed reads master.toml from its working directory: a bucket's first write grows one
+        # volume, not seven (seconds, on a loaded machine), which a store of test data never fills
+        (self.home / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\n")
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -98,7 +101,12 @@ class SeaweedFS:
         )
 
     def create_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
+        """A new bucket, ready: its first volume grown by a write (and delete) of one byte, as a
+        bucket in use has it, so that the run's first write does not wait for it."""
+        client = self.client()
+        client.create_bucket(Bucket=name)
+        client.put_object(Bucket=name, Key=".warm-up", Body=b".")
+        client.delete_object(Bucket=name, Key=".warm-up")
         return name
 
     def env(self, data_dir: str) -> dict[str, str]:
@@ -113,15 +121,20 @@ class SeaweedFS:
 
     def requests(self, bucket: str | None = None) -> int:
         """S3 requests the gateway has answered (of one bucket, or all), from its own counters."""
+        return sum(self.requests_by_type(bucket).values())
+
+    def requests_by_type(self, bucket: str | None = None) -> dict[str, int]:
+        """{GET, PUT, HEAD, LIST, DELETE, ...: requests answered}, of one bucket or all."""
         text = requests_text(f"http://127.0.0.1:{self.ports['metrics']}/metrics")
-        total = 0
+        counts: dict[str, int] = {}
         for line in text.splitlines():
             if not line.startswith("SeaweedFS_s3_request_total{"):
                 continue
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
             if bucket is None or labels.get("bucket") == bucket:
-                total += int(float(line.rsplit(" ", 1)[1]))
-        return total
+                kind = labels.get("type", "?")
+                counts[kind] = counts.get(kind, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
 
 def requests_text(url: str) -> str:

@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 
 import luigi
-import luigi.contrib.s3
 
 from portal_export.store import LocalStore, Store
 
 from . import config
-from .s3store import S3Store
+
+# boto3 and luigi.contrib.s3 are imported only for an s3:// data dir: a third of a second of every
+# local run's start otherwise.
 
 _stores: dict[tuple[int, str], Store] = {}
 
@@ -35,6 +36,8 @@ def store() -> Store:
     cache_key = (os.getpid(), where)
     if cache_key not in _stores:
         if is_remote(where):
+            from .s3store import S3Store
+
             _stores[cache_key] = S3Store(where, retry_s=config.portal().store_retry_s)
         else:
             _stores[cache_key] = LocalStore(where)
@@ -44,8 +47,8 @@ def store() -> Store:
 def check_store() -> None:
     """The store answers, with these credentials, before any other request of a run (StoreError if not)."""
     s = store()
-    if isinstance(s, S3Store):
-        s.check()
+    if not isinstance(s, LocalStore):
+        s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
 def runtime_dir() -> Path:
@@ -60,15 +63,17 @@ def runtime_dir() -> Path:
 def where() -> str:
     """The data dir, for messages: an absolute path, or the s3:// URL."""
     s = store()
-    return s.location("").rstrip("/") if isinstance(s, S3Store) else str(Path(s.location("")).resolve())
+    return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
 
 
 def target(key: str) -> luigi.target.FileSystemTarget:
     """The Luigi target of a key: an S3Target on the store's own client, or a LocalTarget."""
     s = store()
-    if isinstance(s, S3Store):
-        return luigi.contrib.s3.S3Target(s.location(key), client=s.client)
-    return luigi.LocalTarget(s.location(key))
+    if isinstance(s, LocalStore):
+        return luigi.LocalTarget(s.location(key))
+    from luigi.contrib.s3 import S3Target
+
+    return S3Target(s.location(key), client=s.client)  # type: ignore[attr-defined]  # S3Store's
 
 
 # ---------------------------------------------------------------------------------------- keys
