@@ -357,6 +357,7 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
+    targets.check_store()  # the cap log is read there: a bad store is said before CaptchaAI is asked
     _, url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
     problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0

@@ -6,7 +6,6 @@ import time
 import luigi
 
 from portal_export.breaker import KeyBreaker
-from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import PermanentError
 from portal_export.export import export_region
@@ -100,7 +99,6 @@ class RegionExport(PortalTask):
         ended = time.time()
         facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
         facts["started_at"], facts["ended_at"] = started, ended
-        facts["seconds_below_cap"] = CapLog(targets.store()).seconds_below(started, ended)
         # One whole write, retried through a store outage within [portal] store_retry_s: the
         # records of a token the portal accepted are not thrown away for a store that blinked.
         write_json(targets.store(), targets.region_key(self.date, self.region), facts)

@@ -18,8 +18,10 @@ other error is mapped to a `StoreError` naming the store and the cause in one li
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -28,11 +30,13 @@ import botocore.config
 import botocore.exceptions
 import luigi.contrib.s3
 import tenacity
+from urllib3 import PoolManager
 
 from portal_export.store import StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
 
 # S3's rules for a bucket name (the virtual-host-safe subset every S3-compatible store accepts)
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -119,13 +123,31 @@ class ObjectClient(luigi.contrib.s3.S3Client):
 
 
 class S3Store:
-    """`s3://BUCKET/PREFIX`; keys are names below the prefix."""
+    """`s3://BUCKET/PREFIX`; keys are names below the prefix.
+
+    One store (and its boto3 client) serves a process and the task processes Luigi forks from it:
+    building a client costs tens of milliseconds per task, so a forked child keeps the parent's and
+    only drops the connections it inherited (a socket must not be shared by two processes).
+    """
 
     def __init__(self, url: str, retry_s: float = 120.0, client: ObjectClient | None = None) -> None:
         self.bucket, self.prefix = parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.retry_s = retry_s
         self.client = client or ObjectClient(retry=self._retry)
+        _stores.add(self)
+
+    def forget_connections(self) -> None:
+        """In a forked child: open new connections rather than use the parent's."""
+        resource = self.client._s3
+        if resource is None:
+            return
+        # botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones
+        # are left untouched (not closed): a parent's thread may have held their lock at the fork.
+        http = resource.meta.client._endpoint.http_session
+        http._proxy_managers = {}
+        http._manager = PoolManager(**http._get_pool_manager_kwargs())
+        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
@@ -245,3 +267,11 @@ class S3Store:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
             raise self.error(err, "checking the bucket") from None
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_stores):
+        store.forget_connections()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -23,7 +23,7 @@ from . import config
 # boto3 and luigi.contrib.s3 are imported only for an s3:// data dir: a third of a second of every
 # local run's start otherwise.
 
-_stores: dict[tuple[int, str], Store] = {}
+_stores: dict[str, Store] = {}
 
 
 def is_remote(data_dir: str) -> bool:
@@ -31,17 +31,17 @@ def is_remote(data_dir: str) -> bool:
 
 
 def store() -> Store:
-    """The data dir's store, one per process (a boto3 client must not cross a fork)."""
+    """The data dir's store, built once per process; Luigi's task processes inherit it (an S3
+    store opens connections of their own after the fork)."""
     where = config.data_dir_text()
-    cache_key = (os.getpid(), where)
-    if cache_key not in _stores:
+    if where not in _stores:
         if is_remote(where):
             from .s3store import S3Store
 
-            _stores[cache_key] = S3Store(where, retry_s=config.portal().store_retry_s)
+            _stores[where] = S3Store(where, retry_s=config.portal().store_retry_s)
         else:
-            _stores[cache_key] = LocalStore(where)
-    return _stores[cache_key]
+            _stores[where] = LocalStore(where)
+    return _stores[where]
 
 
 def check_store() -> None:
