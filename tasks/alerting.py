@@ -23,6 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import luigi
@@ -147,8 +148,9 @@ def open_breakers() -> list[str]:
 
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
     slow = {}
-    for day in days:
-        health = read_json(targets.day_health_key(day)) or {}
+    with ThreadPoolExecutor(8) as pool:  # from an object store: a few round trips, not one per day
+        healths = list(pool.map(lambda day: read_json(targets.day_health_key(day)) or {}, days))
+    for day, health in zip(days, healths, strict=True):
         p95 = health.get("p95_solve_seconds")
         if isinstance(p95, (int, float)) and p95 > limit:
             slow[day] = float(p95)

@@ -53,10 +53,14 @@ class PortalTask(luigi.Task):
         die_with_worker()  # a killed run must not leave this process solving or writing
         with failure_shown(self):
             self.work()
-        clear_failure(targets.store(), self.failure_key())
+        self.clear_failures()
 
     def work(self) -> None:
         raise NotImplementedError
+
+    def clear_failures(self) -> None:
+        """After success: the failure records this task's success makes stale."""
+        clear_failure(targets.store(), self.failure_key())
 
     def failure_key(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""

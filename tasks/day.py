@@ -43,6 +43,12 @@ class DayExport(PortalTask):
     def failure_key(self) -> str:
         return targets.day_failure_key(self.date)
 
+    def clear_failures(self) -> None:
+        """The day's record, and those its regions left from earlier runs (see RegionExport)."""
+        store = targets.store()
+        for key in store.list(targets.failures_prefix(self.date)):
+            store.delete(key)
+
     def work(self) -> None:
         regions = config.regions()
         store = targets.store()

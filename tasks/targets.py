@@ -99,18 +99,25 @@ def failed_health_key(date: datetime.date) -> str:
     return f"regions/{date:%Y-%m-%d}/failed.health.json"
 
 
+def failures_prefix(date: datetime.date) -> str:
+    return f"regions/{date:%Y-%m-%d}/failures/"
+
+
 def region_failure_key(date: datetime.date, region: str) -> str:
     """The error code of the region's last failure; a folder of its own, so listings of region targets miss it."""
-    return f"regions/{date:%Y-%m-%d}/failures/region-{region}.json"
+    return f"{failures_prefix(date)}region-{region}.json"
 
 
 def day_failure_key(date: datetime.date) -> str:
     """The error code of the day's last failure other than validation (that one is failed.health.json)."""
-    return f"regions/{date:%Y-%m-%d}/failures/day.json"
+    return f"{failures_prefix(date)}day.json"
 
 
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
-    """The days among `days` whose two day objects exist: one listing of the day files, however many
-    days (RangeDaily's `bulk_complete`), instead of two requests per day."""
-    names = set(store().list(DAY_PREFIX))
+    """The days among `days` whose two day objects exist: one listing, however many days
+    (RangeDaily's `bulk_complete`), instead of two requests per day. It lists only the names the
+    days share (`portal_records_2026-06-`), not a bucket's years of history."""
+    if not days:
+        return []
+    names = set(store().list(os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in days])))
     return [d for d in days if day_records_key(d) in names and day_health_key(d) in names]
