@@ -242,7 +242,7 @@ def run_luigi(
     # the lock covers one data dir: the same command on the same outputs.
     locks = targets.runtime_dir() / "luigi-locks"
     locks.mkdir(parents=True, exist_ok=True, mode=0o700)
-    argv = ["--module", "tasks", *task_argv, *sched_argv, "--lock-pid-dir", str(locks)]
+    argv = ["--module", "tasks", *task_argv, *sched_argv, "--lock-pid-dir", str(locks), *targets.luigi_args()]
     if args.workers:
         argv += ["--workers", str(args.workers)]
     try:

@@ -51,6 +51,13 @@ def check_store() -> None:
         s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
+def luigi_args() -> list[str]:
+    """Luigi's own options for this data dir. In an object store a completeness check is a request:
+    Luigi's completion cache keeps what a task of this run found complete (or completed), so the
+    day's check of its regions and RangeDaily's of its days ask nothing again."""
+    return ["--worker-cache-task-completion"] if is_remote(config.data_dir_text()) else []
+
+
 def runtime_dir() -> Path:
     """This host's folder for what is meaningful only here and while a run goes."""
     where = config.data_dir_text()
