@@ -115,7 +115,7 @@ scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler
 	$(RUN) scheduler-stop
 
 .PHONY: bench
-bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines, then another consumer on the key (~7 min); tables also in bench/results.md
+bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines, into an object store, then another consumer on the key (~9 min); tables also in bench/results.md
 	BENCH_COMMAND="make bench" $(PY) -m bench
 
 .PHONY: bench-scale
