@@ -86,3 +86,4 @@ class DayExport(PortalTask):
         for future in done:
             future.result()  # a failed write fails the day
         self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
+        self.progress(100)
