@@ -141,11 +141,15 @@ def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only
     assert submits(live) - before == 16 - len(done)  # what was exported before the kill is not solved again
 
 
-def test_the_store_down_for_10_s_mid_run_loses_no_region_and_the_run_completes(live, cli, s3_data_dir, seaweedfs):
+def test_the_store_down_for_10_s_mid_run_loses_no_region_and_the_run_completes(
+    live, cli, s3_data_dir, seaweedfs, fast_cfg
+):
     proxy = TcpProxy(seaweedfs.ports["s3"])
-    # A token lives 120 s, longer than the outage, as at real speed (scaled: 1.2 s would expire the
-    # tokens of solves whose polls wait on the store's breaker check meanwhile)
+    # A token lives 120 s and a solve's deadline is 120 s, both longer than the outage, as at real
+    # speed (scaled, 1.2 s and 3 s would expire the solves whose polls wait on the store's breaker
+    # check meanwhile: solved again, never delivered twice, but not what this test is about)
     live.configure(solve_s=20, token_validity_s=2000)
+    fast_cfg({"captchaai": {"timeout_s": 30}})
     day_list = days("2026-05-20", 4)
     proc = cli.start("--workers", "4", "backfill", day_list[0], "2026-05-24", AWS_ENDPOINT_URL_S3=proxy.url)
     deadline = time.monotonic() + 30
