@@ -14,6 +14,8 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
 # authentication: README "luigid on a network, behind a proxy"
 SCHEDULER_BIND ?=
+# make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
+STORE ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 TASK_LIMIT ?=
@@ -72,8 +74,8 @@ lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
 	$(VENV)/bin/mypy
 
 .PHONY: demo
-demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/)
-	$(PY) -m tasks.demo
+demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS)
+	$(PY) -m tasks.demo $(if $(STORE),--store $(STORE))
 
 .PHONY: export
 export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD
@@ -116,7 +118,7 @@ scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler
 	$(RUN) scheduler-stop
 
 .PHONY: bench
-bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines, then another consumer on the key (~7 min); tables also in bench/results.md
+bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines, into an object store, then another consumer on the key (~9 min); tables also in bench/results.md
 	BENCH_COMMAND="make bench" $(PY) -m bench
 
 .PHONY: bench-scale

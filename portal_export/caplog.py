@@ -1,21 +1,22 @@
-"""Every change of the cap in force, kept in `<state dir>/cap-log.jsonl`, and the busy-plan verdict.
+"""Every change of the cap in force, kept in the data dir's `_state/cap-log/`, and the busy-plan verdict.
 
-One JSON line per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, `pid`): `make plan` shows
+One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, `pid`): `make plan` shows
 the last one, and the health files count from them the time a region (and its day) ran below the
-configured cap. `plan-busy.json` exists while the governor has given up waiting for a usable
+configured cap. `_state/plan-busy.json` exists while the governor has given up waiting for a usable
 thread: regions that start then fail at once with PLAN_BUSY instead of being refused.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, TypedDict
 
-from .atomic import write_json
+from .store import Store, read_json, write_json
+
+_serial = itertools.count()  # two changes in one microsecond of one process keep two names
 
 
 class Change(TypedDict, total=False):
@@ -40,34 +41,50 @@ def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
 
 
 class CapLog:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.dir = Path(state_dir)
-        self.path = self.dir / "cap-log.jsonl"
-        self.busy_path = self.dir / "plan-busy.json"
+    """The cap log and the busy verdict in the data dir's store.
+
+    One object per change, `_state/cap-log/<t>-<cap>-<configured>-<pid>.json`: a store has no
+    append, and writers on several hosts must not overwrite each other's lines. The name carries
+    what `seconds_below` needs, so counting costs one listing, not a read per change.
+    """
+
+    PREFIX = "_state/cap-log/"
+    BUSY = "_state/plan-busy.json"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     def note(self, cap: int, configured: int, reason: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        entry = {"t": time.time(), "cap": cap, "configured": configured, "reason": reason, "pid": os.getpid()}
-        line = json.dumps(entry)
-        with open(self.path, "a") as f:  # one short write per line: appends from several runs stay whole
-            f.write(line + "\n")
+        t, pid = time.time(), os.getpid()
+        entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "pid": pid}
+        write_json(self.store, f"{self.PREFIX}{t:017.6f}-{cap}-{configured}-{pid}-{next(_serial)}.json", entry)
+
+    def _keys(self) -> list[tuple[Change, str]]:
+        out: list[tuple[Change, str]] = []
+        for key in self.store.list(self.PREFIX):
+            parts = key[len(self.PREFIX) :].removesuffix(".json").split("-")
+            try:
+                change: Change = {"t": float(parts[0]), "cap": int(parts[1]), "configured": int(parts[2])}
+                change["pid"] = int(parts[3])
+            except (IndexError, ValueError):
+                continue  # not one of ours
+            out.append((change, key))
+        return sorted(out, key=lambda ck: ck[0]["t"])
 
     def changes(self) -> list[Change]:
-        try:
-            lines = self.path.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out: list[Change] = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut by a crash
-        return out
+        """Every change, oldest first, without its reason (read `last()` for that)."""
+        return [change for change, _ in self._keys()]
 
     def last(self) -> Change | None:
-        changes = self.changes()
-        return changes[-1] if changes else None
+        keys = self._keys()
+        if not keys:
+            return None
+        change, key = keys[-1]
+        try:
+            entry = read_json(self.store, key)
+        except ValueError:
+            entry = None
+        return {**change, "reason": str(entry.get("reason", ""))} if isinstance(entry, dict) else change
 
     def seconds_below(self, start: float, end: float) -> float:
         return seconds_below(self.changes(), start, end)
@@ -75,13 +92,13 @@ class CapLog:
     def set_busy(self, reason: str | None) -> None:
         """Declare the plan busy past the deadline (a reason), or no longer (None)."""
         if reason is None:
-            self.busy_path.unlink(missing_ok=True)
+            self.store.delete(self.BUSY)
             return
-        write_json(self.busy_path, {"reason": reason, "t": time.time()})
+        write_json(self.store, self.BUSY, {"reason": reason, "t": time.time()})
 
     def busy(self) -> dict[str, Any] | None:
         try:
-            state: dict[str, Any] = json.loads(self.busy_path.read_text())
-        except (FileNotFoundError, ValueError):
+            state = read_json(self.store, self.BUSY)
+        except ValueError:
             return None
-        return state
+        return state if isinstance(state, dict) else None

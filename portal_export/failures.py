@@ -1,37 +1,36 @@
-"""A task's failure record: the error code of a region (or day) that failed, kept on disk.
+"""A task's failure record: the error code of a region (or day) that failed, kept in the store.
 
-Tasks may run in forked processes and under luigid, where the run's own process never sees their
-exceptions: the failing task writes this small file, and whatever summarizes the run reads it.
-The record holds the code and a short detail the caller has already scrubbed; it is removed when
-the task later succeeds.
+Tasks may run in forked processes, under luigid and on other hosts, where the run's own process
+never sees their exceptions: the failing task writes this small object, and whatever summarizes
+the run reads it. The record holds the code and a short detail the caller has already scrubbed;
+it is removed when the task later succeeds.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
-from .atomic import write_json
+from .store import Store, read_json, write_json
+
+UNREADABLE: dict[str, Any] = {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
 
 
-def write_failure(path: str | os.PathLike[str], code: str, detail: str = "") -> None:
-    """Atomically: a reader sees the whole record or none."""
-    write_json(path, {"code": code, "detail": detail, "at": time.time()})
+def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
+    """Whole: a reader sees the whole record or none."""
+    write_json(store, key, {"code": code, "detail": detail, "at": time.time()})
 
 
-def read_failure(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read_failure(store: Store, key: str) -> dict[str, Any] | None:
     """The record, or None when there is none; an unreadable one still says something failed."""
     try:
-        record = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return None
+        record = read_json(store, key)
     except (OSError, ValueError):
-        return {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
-    return record if isinstance(record, dict) else {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
+        return dict(UNREADABLE)
+    if record is None:
+        return None
+    return record if isinstance(record, dict) else dict(UNREADABLE)
 
 
-def clear_failure(path: str | os.PathLike[str]) -> None:
-    Path(path).unlink(missing_ok=True)
+def clear_failure(store: Store, key: str) -> None:
+    store.delete(key)

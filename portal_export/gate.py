@@ -26,15 +26,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .atomic import write_json
 from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
 from .inflight import InFlight, alive
+from .store import LocalStore, write_json
 
 log = logging.getLogger(__name__)
 
 STEP_S = 0.02  # how often a wait looks again (a listdir): well under a poll, and a slot lent at once
+BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
 class Waiting(InFlight):
@@ -51,13 +52,14 @@ class Waiting(InFlight):
 
 
 class CapInForce:
-    """`<state dir>/cap.json`: the cap in force and when the plan was last read, by the run that sets it."""
+    """`<runtime dir>/cap.json`: the cap in force and when the plan was last read, by the run that sets it."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.store = LocalStore(state_dir)
         self.path = Path(state_dir) / "cap.json"
 
     def write(self, cap: int, read_at: float) -> None:
-        write_json(self.path, {"cap": cap, "read_at": read_at, "pid": os.getpid()})
+        write_json(self.store, self.path.name, {"cap": cap, "read_at": read_at, "pid": os.getpid()})
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -77,19 +79,23 @@ class Gate:
 
     def __init__(
         self,
-        state_dir: str | os.PathLike[str],
+        runtime_dir: str | os.PathLike[str],
         *,
         configured: int,
         plan_every_s: float,
         follows_plan: bool = True,
+        caplog: CapLog | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.inflight = InFlight(state_dir)
-        self.waiting = Waiting(state_dir)
-        self.cap_file = CapInForce(state_dir)
-        self.caplog = CapLog(state_dir)
-        self.lock_path = Path(state_dir) / "inflight.lock"
+        """`runtime_dir`: this host's folder for the counts; `caplog`: where the busy verdict is
+        (the data dir's store; by default beside the counts)."""
+        self.inflight = InFlight(runtime_dir)
+        self.waiting = Waiting(runtime_dir)
+        self.cap_file = CapInForce(runtime_dir)
+        self.caplog = caplog if caplog is not None else CapLog(LocalStore(runtime_dir))
+        self.lock_path = Path(runtime_dir) / "inflight.lock"
+        self._busy_checked = -float("inf")
         self.configured = configured
         self.plan_every_s = plan_every_s
         self.follows_plan = follows_plan
@@ -105,7 +111,15 @@ class Gate:
         return self.configured if seen is None else seen[0]
 
     def check(self) -> None:
-        """Raise PLAN_BUSY once the governor has given up waiting for a usable thread."""
+        """Raise PLAN_BUSY once the governor has given up waiting for a usable thread.
+
+        Looked up at most every BUSY_EVERY_S: the verdict may sit in an object store, and waits
+        look again every STEP_S; the deadline it ends is 20 plan periods long.
+        """
+        now = self.clock()
+        if now - self._busy_checked < BUSY_EVERY_S:
+            return
+        self._busy_checked = now
         busy = self.caplog.busy()
         if busy is not None:
             reason = busy.get("reason", "no plan thread usable")

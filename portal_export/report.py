@@ -20,10 +20,9 @@ import math
 import os
 import re
 import sys
-import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +33,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
+
+from .errors import ExportError
+from .store import LocalStore, Store, read_json
 
 if TYPE_CHECKING:
     from pandas.api.typing import NAType  # for annotations only: pandas.api.typing is new in pandas 2.1
@@ -108,37 +110,50 @@ def _parse_day(text: str) -> datetime.date | None:
         return None
 
 
-def _health_files(data_dir: Path) -> list[tuple[datetime.date, str, Path]]:
-    """(day, "ok" | "failed", path) for every health file name that holds a valid date."""
-    found: list[tuple[datetime.date, str, Path]] = []
-    for path in sorted(data_dir.glob("portal_records_*.health.json")):
-        m = DAY_FILE.fullmatch(path.name)
+def _health_files(store: Store) -> list[tuple[datetime.date, str, str]]:
+    """(day, "ok" | "failed", key) for every health object name that holds a valid date: two listings."""
+    found: list[tuple[datetime.date, str, str]] = []
+    for key in store.list("portal_records_"):
+        if not key.endswith(".health.json") or "/" in key:
+            continue
+        m = DAY_FILE.fullmatch(key)
         day = _parse_day(m.group(1)) if m else None
         if day is None:
-            log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", path)
+            log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", store.location(key))
             continue
-        found.append((day, "ok", path))
-    for path in sorted(data_dir.glob(f"regions/*/{FAILED_FILE}")):
-        day = _parse_day(path.parent.name) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", path.parent.name) else None
+        found.append((day, "ok", key))
+    for key in store.list("regions/"):
+        parts = key.split("/")
+        if len(parts) != 3 or parts[2] != FAILED_FILE:
+            continue
+        day = _parse_day(parts[1]) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[1]) else None
         if day is None:
-            log.warning("skipped %s: its directory name is no valid YYYY-MM-DD day", path)
+            log.warning("skipped %s: its directory name is no valid YYYY-MM-DD day", store.location(key))
             continue
-        found.append((day, "failed", path))
+        found.append((day, "failed", key))
     return found
 
 
-def _read_health(path: Path) -> dict[str, Any] | None:
+def _read_health(store: Store, key: str) -> dict[str, Any] | None:
     """The health object of one file, or None (with a warning naming the file) when unreadable."""
     try:
-        with open(path, encoding="utf-8") as f:
-            health = json.load(f)
+        health = read_json(store, key)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        log.warning("skipped malformed health file %s: %s", path, e)
+        log.warning("skipped malformed health file %s: %s", store.location(key), e)
         return None
     if not isinstance(health, dict):
-        log.warning("skipped malformed health file %s: a JSON object was expected, not %s", path, type(health).__name__)
+        log.warning(
+            "skipped malformed health file %s: a JSON object was expected, not %s",
+            store.location(key),
+            type(health).__name__,
+        )
         return None
     return health
+
+
+def as_store(data: "Store | str | os.PathLike[str]") -> Store:
+    """A store as given, or the local directory at a path."""
+    return LocalStore(data) if isinstance(data, (str, os.PathLike)) else data
 
 
 def _numeric(series: pd.Series, integral: bool) -> pd.Series:
@@ -152,24 +167,30 @@ def _numeric(series: pd.Series, integral: bool) -> pd.Series:
     return values
 
 
-def load_health(data_dir: str | os.PathLike[str]) -> pd.DataFrame:
+def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
     """One row per calendar day from the first to the last day seen, with its status and numbers.
 
     Raises NoHealthFilesError when the data dir holds no readable health file.
     """
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
+    store = as_store(data)
+    data_dir = store.location("").rstrip("/")
+    if isinstance(store, LocalStore) and not store.root.is_dir():
         raise NoHealthFilesError(f"no health files: data dir {data_dir} does not exist")
     # day -> (status, health); an exported day wins over its failed attempt
     by_day: dict[datetime.date, tuple[str, dict[str, Any]]] = {}
-    for day, status, path in _health_files(data_dir):
+    for day, status, key in _health_files(store):
         if day in by_day and by_day[day][0] == "ok":
             continue
-        health = _read_health(path)
+        health = _read_health(store, key)
         if health is None:
             continue
         if str(health.get("day", day)) != day.isoformat():
-            log.warning("%s says day %r; reported under %s, the day of its file name", path, health.get("day"), day)
+            log.warning(
+                "%s says day %r; reported under %s, the day of its file name",
+                store.location(key),
+                health.get("day"),
+                day,
+            )
         by_day[day] = (status, health)
     if not by_day:
         raise NoHealthFilesError(
@@ -193,18 +214,6 @@ def load_health(data_dir: str | os.PathLike[str]) -> pd.DataFrame:
     frame[ROLLING_COLUMN] = frame["p95_solve_seconds"].rolling(ROLLING_DAYS, min_periods=1).median()
     table: pd.DataFrame = frame[list(COLUMNS)]
     return table
-
-
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Call write(binary file) on a temporary file next to `path`, then move it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "xb") as f:  # mode 0666 less the umask, as any other output
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _runs(mask: Iterable[bool]) -> list[tuple[int, int]]:
@@ -421,30 +430,33 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
 
 
 def build_report(
-    data_dir: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str] | None = None,
+    data: "Store | str | os.PathLike[str]",
+    out_dir: "Store | str | os.PathLike[str] | None" = None,
     max_unsolvable_ratio: float | None = None,
-) -> tuple[Path, Path, pd.DataFrame]:
-    """Write solve_health.csv and solve_health.png; return (csv_path, png_path, frame).
+) -> tuple["Path | str", "Path | str", pd.DataFrame]:
+    """Write solve_health.csv and solve_health.png, each whole; return (csv, png locations, frame).
 
-    `out_dir` defaults to `<data_dir>/report`; `max_unsolvable_ratio`, when given, draws the
+    `out_dir` defaults to the data dir's `report/`; `max_unsolvable_ratio`, when given, draws the
     validation threshold on the unsolvable panel. Raises NoHealthFilesError (a
-    FileNotFoundError) when the data dir holds no readable health file.
+    FileNotFoundError) when the data dir holds no readable health file. Locations are Paths for a
+    local directory, s3:// URLs for an object store.
     """
-    data_dir = Path(data_dir)
-    frame = load_health(data_dir)
-    out_dir = Path(out_dir) if out_dir is not None else data_dir / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, png_path = out_dir / CSV_NAME, out_dir / PNG_NAME
+    store = as_store(data)
+    frame = load_health(store)
+    out, prefix = (store, "report/") if out_dir is None else (as_store(out_dir), "")
 
     text = frame.to_csv(index=False, date_format="%Y-%m-%d", float_format="%.10g", lineterminator="\n")
-    _atomic_write(csv_path, lambda f: f.write(text.encode("utf-8")))
+    out.write(prefix + CSV_NAME, text.encode("utf-8"))
 
     fig = plot_health(frame, max_unsolvable_ratio)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    _atomic_write(png_path, lambda f: f.write(buffer.getvalue()))
-    return csv_path, png_path, frame
+    out.write(prefix + PNG_NAME, buffer.getvalue())
+
+    def where(key: str) -> "Path | str":
+        return Path(out.location(key)) if isinstance(out, LocalStore) else out.location(key)
+
+    return where(prefix + CSV_NAME), where(prefix + PNG_NAME), frame
 
 
 def _cell(value: "float | NAType | None", fmt: str) -> str:
@@ -518,16 +530,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)",
     )
     args = parser.parse_args(argv)
+    if "://" in args.data_dir:  # the core reads local directories; the Luigi layer builds object stores
+        print(f"error: {args.data_dir} is an object store: run `make report`, which reaches it", file=sys.stderr)
+        return 2
 
+    return run(args.data_dir, args.data_dir, args.max_unsolvable_ratio, args.out_dir)
+
+
+def run(
+    data: "Store | str | os.PathLike[str]",
+    where: str,
+    max_unsolvable_ratio: float | None = None,
+    out_dir: "str | os.PathLike[str] | None" = None,
+) -> int:
+    """Build the report of `data` (named `where` in messages), print its last days and where it went."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("warning: %(message)s"))
     log.addHandler(handler)
     try:
-        csv_path, png_path, frame = build_report(args.data_dir, args.out_dir, args.max_unsolvable_ratio)
+        csv_path, png_path, frame = build_report(data, out_dir, max_unsolvable_ratio)
     except NoHealthFilesError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
+    except (OSError, ExportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
@@ -536,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = frame["status"].value_counts()
     shown = min(TABLE_DAYS, len(frame))
     print(
-        f"solve health, last {shown} of {len(frame)} days "
+        f"solve health of {where}, last {shown} of {len(frame)} days "
         f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):"
     )
     print(format_table(frame))

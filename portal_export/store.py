@@ -20,6 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from .errors import ExportError
+
+
+class StoreError(ExportError):
+    """The store cannot be used: no such bucket, refused credentials, an endpoint that does not
+    answer, a malformed location. `code` names the cause; the message names the store, never a secret."""
+
 
 class Store(Protocol):
     def location(self, key: str) -> str:
@@ -121,11 +128,13 @@ class LocalStore:
     def list(self, prefix: str) -> list[str]:
         folder = prefix.rpartition("/")[0]
         base = self.root / folder if folder else self.root
-        if not base.is_dir():
-            return []
         keys = []
-        for path in base.rglob("*"):
-            name = path.relative_to(self.root).as_posix()
-            if path.is_file() and name.startswith(prefix) and not path.name.startswith("."):
-                keys.append(name)
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            rel = "" if rel == "." else rel + "/"
+            # descend only where a key could start with the prefix: `portal_records_` skips regions/
+            dirnames[:] = [
+                d for d in dirnames if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")
+            ]
+            keys += [rel + name for name in filenames if (rel + name).startswith(prefix) and not name.startswith(".")]
         return sorted(keys)

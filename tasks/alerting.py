@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import datetime
 import html
-import json
 import logging
 import os
 import socket
@@ -24,7 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import luigi
@@ -32,7 +31,8 @@ import luigi.configuration
 import luigi.notifications
 
 from portal_export import alerts as core
-from portal_export import forksafe
+from portal_export import forksafe, store
+from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
 
 from . import config, targets
@@ -91,9 +91,9 @@ def note_plan(threads: int, working: int) -> None:
         _active.busy_plan = (threads, working)
 
 
-def day_complete(day: datetime.date) -> bool:
-    """Complete as Luigi and RangeDaily judge it: by the day's outputs."""
-    return bool(DayExport(day).complete())
+def complete_days(days: Sequence[datetime.date]) -> set[datetime.date]:
+    """Complete as RangeDaily judges it (DayExport.bulk_complete): one listing for all the days."""
+    return set(DayExport.bulk_complete(list(days))) if days else set()
 
 
 def rerun_command(args: argparse.Namespace) -> str:
@@ -107,15 +107,15 @@ def rerun_command(args: argparse.Namespace) -> str:
     return command + (f" WORKERS={args.workers}" if args.workers else "")
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(key: str) -> Any:
     try:
-        return json.loads(Path(path).read_text())
+        return store.read_json(targets.store(), key)
     except (OSError, ValueError):
         return None
 
 
-def failure_code(path: str, since: float) -> str:
-    record = read_failure(path)
+def failure_code(key: str, since: float) -> str:
+    record = read_failure(targets.store(), key)
     if record is None:
         return NOT_RUN
     code = str(record.get("code") or "UNKNOWN")
@@ -123,7 +123,7 @@ def failure_code(path: str, since: float) -> str:
 
 
 def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> core.MissingDay:
-    health = read_json(targets.failed_health_path(day))
+    health = read_json(targets.failed_health_key(day))
     if health is not None and "unsolvable_ratio" in health:
         return core.MissingDay(
             day,
@@ -131,29 +131,26 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> cor
             unsolvable_regions=health.get("unsolvable_regions", ()),
         )
     failed = {
-        region: failure_code(targets.region_failure_path(day, region), since)
+        region: failure_code(targets.region_failure_key(day, region), since)
         for region in regions
-        if not Path(targets.region_path(day, region)).exists()
+        if not targets.store().exists(targets.region_key(day, region))
     }
     day_code = None
-    if not failed and read_failure(targets.day_failure_path(day)) is not None:
-        day_code = failure_code(targets.day_failure_path(day), since)
+    if not failed and read_failure(targets.store(), targets.day_failure_key(day)) is not None:
+        day_code = failure_code(targets.day_failure_key(day), since)
     return core.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
 def open_breakers() -> list[str]:
-    """The codes of every breaker file: the key's, and any other kind sharing the pattern."""
-    codes = []
-    for path in sorted(config.state_dir().glob("breaker-*.json")):
-        state = read_json(path)
-        codes.append(str(state.get("code", "BREAKER_OPEN")) if isinstance(state, dict) else "BREAKER_OPEN")
-    return codes
+    """The codes of every breaker: the key's, and any other kind sharing the pattern."""
+    return KeyBreaker.codes(targets.store())
 
 
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
     slow = {}
-    for day in days:
-        health = read_json(targets.day_health_path(day)) or {}
+    with ThreadPoolExecutor(8) as pool:  # from an object store: a few round trips, not one per day
+        healths = list(pool.map(lambda day: read_json(targets.day_health_key(day)) or {}, days))
+    for day, health in zip(days, healths, strict=True):
         p95 = health.get("p95_solve_seconds")
         if isinstance(p95, (int, float)) and p95 > limit:
             slow[day] = float(p95)
@@ -172,7 +169,8 @@ class RunAlert:
         self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
         self.busy_plan: tuple[int, int] | None = None
         self.started = time.time()
-        self.todo = [d for d in self.days if not day_complete(d)]
+        complete = complete_days(self.days)
+        self.todo = [d for d in self.days if d not in complete]
         self.done: list[datetime.date] = []
         self.finished = False
         self._stop = threading.Event()
@@ -200,8 +198,10 @@ class RunAlert:
 
     def _progress(self) -> None:
         with self._lock, forksafe.guard:  # no fork while this writes to stderr (portal_export/forksafe.py)
-            for day in self.todo:
-                if day not in self.done and day_complete(day):
+            waiting = [d for d in self.todo if d not in self.done]
+            complete = complete_days(waiting)
+            for day in waiting:
+                if day in complete:
                     self.done.append(day)
                     say(core.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
 
@@ -217,7 +217,8 @@ class RunAlert:
 
     def facts(self, code: int, stopped: str | None = None) -> core.RunFacts:
         regions = config.regions()
-        missing = [missing_day(d, regions, self.started) for d in self.days if not day_complete(d)]
+        complete = complete_days(self.days)
+        missing = [missing_day(d, regions, self.started) for d in self.days if d not in complete]
         limit = config.alerts().p95_warn_s
         return core.RunFacts(
             command=self.command,
@@ -229,10 +230,10 @@ class RunAlert:
             max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
             breaker_codes=open_breakers() if missing else (),
             busy_plan=self.busy_plan,
-            slow_days=slow_days([d for d in self.todo if day_complete(d)], limit),
+            slow_days=slow_days([d for d in self.todo if d in complete], limit),
             p95_warn_s=limit,
             stopped=stopped,
-            where=f"host {socket.gethostname()}, data dir {config.data_dir().resolve()}",
+            where=f"host {socket.gethostname()}, data dir {targets.where()}",
         )
 
     def finish(self, code: int, stopped: str | None = None) -> int:
@@ -343,7 +344,7 @@ def alert_test() -> int:
     summary = core.Summary(
         f"portal-export alert test from {host}",
         "A test message from `make alert-test`: a run that leaves days missing alerts here.\n\n"
-        f"host {host}, data dir {config.data_dir().resolve()}",
+        f"host {host}, data dir {targets.where()}",
         "warning",
     )
     results = deliver(summary, quiet=True)

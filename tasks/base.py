@@ -9,6 +9,7 @@ import luigi
 
 from portal_export.failures import clear_failure, write_failure
 
+from . import targets
 from .process import die_with_worker
 from .secrets import format_failure, scrub
 
@@ -52,18 +53,22 @@ class PortalTask(luigi.Task):
         die_with_worker()  # a killed run must not leave this process solving or writing
         with failure_shown(self):
             self.work()
-        clear_failure(self.failure_path())
+        self.clear_failures()
 
     def work(self) -> None:
         raise NotImplementedError
 
-    def failure_path(self) -> str:
+    def clear_failures(self) -> None:
+        """After success: the failure records this task's success makes stale."""
+        clear_failure(targets.store(), self.failure_key())
+
+    def failure_key(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""
         raise NotImplementedError
 
     def on_failure(self, exception: BaseException) -> str:
         try:
-            write_failure(self.failure_path(), error_code(exception), scrub(str(exception))[:300])
-        except OSError as err:  # the failure itself must still reach Luigi
+            write_failure(targets.store(), self.failure_key(), error_code(exception), scrub(str(exception))[:300])
+        except Exception as err:  # an OSError, a store that is down:  # the failure itself must still reach Luigi
             log.warning("could not record the failure of %s: %s", self, err)
         return format_failure(exception)

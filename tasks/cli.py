@@ -127,6 +127,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
+    targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
 
 
 def preflight() -> None:
@@ -204,7 +205,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> bool:
     me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
     sched = scheduler.remote(url)
     told = False
-    while not all(DayExport(d).complete() for d in days):
+    while not all_complete(days):
         busy = [
             task_id
             for status in ("RUNNING", "PENDING")
@@ -218,6 +219,10 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> bool:
             told = True
         time.sleep(0.5)
     return told
+
+
+def all_complete(days: Sequence[datetime.date]) -> bool:
+    return set(days) <= alerting.complete_days(days)
 
 
 def log_to_stderr() -> None:
@@ -257,7 +262,7 @@ def lock_dir() -> Path:
     another host's pid as one of its own processes (PID namespaces make that certain), so the
     directory is host-local, named for the data dir.
     """
-    where = hashlib.sha256(str(config.data_dir().resolve()).encode()).hexdigest()[:16]
+    where = hashlib.sha256(targets.where().encode()).hexdigest()[:16]
     base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     if base.stat().st_uid != os.getuid():  # someone else's, in a shared /tmp: never trust its pid files
@@ -295,7 +300,7 @@ def run_luigi(
     codes = luigi.retcodes.retcode()
     if code and code in (codes.already_running, codes.not_run):
         others = bool(url) and wait_for_other_runs(str(url), days)
-        if all(DayExport(d).complete() for d in days):
+        if all_complete(days):
             return 0  # done, by whichever run did it
         if others:
             code = codes.already_running
@@ -323,7 +328,10 @@ def export_day(
         redone_at = set_aside() if set_aside else None
         code = run_luigi(args, [DayExport(day)], [day], redone_at)
         if DayExport(day).complete():
-            say(f"export: {targets.day_records_path(day)} and {targets.day_health_path(day)}")
+            store = targets.store()
+            say(
+                f"export: {store.location(targets.day_records_key(day))} and {store.location(targets.day_health_key(day))}"
+            )
         return run.finish(code)  # non-zero when the day is missing
 
 
@@ -360,19 +368,23 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
 
     def set_aside() -> float | None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        store = targets.store()
         redone_at = None
         for region in config.regions():
-            path = Path(targets.region_path(day, region))
-            if path.exists() and json.loads(path.read_text()).get("status") == "unsolvable":
-                redone_at = max(redone_at or 0, path.stat().st_mtime)
-                path.replace(path.with_name(f"{path.name}.unsolvable-{stamp}"))  # kept for the record
+            key = targets.region_key(day, region)
+            data = store.read(key)
+            facts = json.loads(data) if data is not None else {}
+            if facts.get("status") == "unsolvable":
+                redone_at = max(redone_at or 0, float(facts.get("ended_at") or time.time()))
+                store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
+                store.delete(key)
                 say(f"retry-unsolvable: {day} {region} will be solved again")
         if redone_at is None:
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
         else:
             # A day that passed with an unsolvable region is rebuilt with the region solved again.
-            for day_file in (targets.day_records_path(day), targets.day_health_path(day)):
-                Path(day_file).unlink(missing_ok=True)
+            for day_key in (targets.day_records_key(day), targets.day_health_key(day)):
+                store.delete(day_key)
         return redone_at
 
     return export_day(args, day, set_aside)
@@ -380,6 +392,7 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
+    targets.check_store()  # the cap log is read there: a bad store is said before CaptchaAI is asked
     url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
     problems = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
@@ -390,7 +403,8 @@ def cmd_alert_test(args: argparse.Namespace) -> int:
 
 
 def cmd_clear_breaker(args: argparse.Namespace) -> int:
-    codes = KeyBreaker.clear(config.state_dir())
+    targets.check_store()
+    codes = KeyBreaker.clear(targets.store())
     say(f"breaker cleared ({', '.join(codes)})" if codes else "breaker was not open")
     return 0
 
@@ -399,9 +413,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """The solve-health report of the configured data dir, with the configured validation threshold."""
     from portal_export import report  # pandas and matplotlib: only this command needs them
 
-    return report.main(
-        ["--data-dir", str(config.data_dir()), "--max-unsolvable-ratio", str(config.portal().max_unsolvable_ratio)]
-    )
+    targets.check_store()
+    return report.run(targets.store(), targets.where(), config.portal().max_unsolvable_ratio)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:

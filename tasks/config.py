@@ -7,7 +7,6 @@ reaches the scheduler, the visualiser or a task id.
 
 import os
 import re
-from pathlib import Path
 
 import luigi
 
@@ -43,7 +42,12 @@ class portal(luigi.Config):
         default="https://reports.partner.example",
         description="base URL of the partner portal (env PORTAL_BASE_URL wins)",
     )
-    data_dir = luigi.Parameter(default="data", description="where outputs go (env PORTAL_DATA_DIR wins)")
+    data_dir = luigi.Parameter(
+        default="data", description="where outputs go: a path or s3://BUCKET/PREFIX (env PORTAL_DATA_DIR wins)"
+    )
+    store_retry_s = luigi.FloatParameter(
+        default=120.0, description="how long a request to an object store that does not answer is retried"
+    )
     regions = luigi.Parameter(
         default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
     )
@@ -81,13 +85,9 @@ def portal_base_url() -> str:
     return os.environ.get("PORTAL_BASE_URL") or portal().base_url
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("PORTAL_DATA_DIR") or portal().data_dir)
-
-
-def state_dir() -> Path:
-    """The key breaker lives here: every run exporting into the same data dir shares it."""
-    return data_dir() / "_state"
+def data_dir_text() -> str:
+    """The data dir as given: a path, or s3://BUCKET/PREFIX (tasks/targets.py builds the store)."""
+    return (os.environ.get("PORTAL_DATA_DIR") or portal().data_dir).strip()
 
 
 def check_region(name: str) -> str:

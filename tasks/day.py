@@ -1,14 +1,17 @@
 """DayExport: the day's four regions, validated, as one records file and one health file."""
 
+import datetime
 import json
 import time
-from pathlib import Path
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import luigi
 
-from portal_export.caplog import CapLog
+from portal_export.caplog import CapLog, seconds_below
 from portal_export.health import day_health, validate
+from portal_export.store import read_json
 
 from . import config, governor, targets
 from .base import PortalTask
@@ -24,41 +27,63 @@ class DayExport(PortalTask):
     def requires(self) -> dict[str, RegionExport]:
         return {region: self.region_task(self.date, region) for region in config.regions()}
 
-    def output(self) -> dict[str, luigi.LocalTarget]:
-        # RangeDaily finds complete days by these paths: they exist only for validated days.
+    def output(self) -> dict[str, luigi.target.FileSystemTarget]:
+        # A day is complete when these two exist: they are written only for validated days.
         return {
-            "records": luigi.LocalTarget(targets.day_records_path(self.date)),
-            "health": luigi.LocalTarget(targets.day_health_path(self.date)),
+            "records": targets.target(targets.day_records_key(self.date)),
+            "health": targets.target(targets.day_health_key(self.date)),
         }
 
-    def failure_path(self) -> str:
-        return targets.day_failure_path(self.date)
+    @classmethod
+    def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:
+        """RangeDaily's completeness check: one listing of the day objects for the whole range.
+        (`cls` may be a functools.partial of this class, as RangeDaily calls it.)"""
+        return targets.complete_days(list(parameter_tuples))
+
+    def failure_key(self) -> str:
+        return targets.day_failure_key(self.date)
+
+    def clear_failures(self) -> None:
+        """The day's record, and those its regions left from earlier runs (see RegionExport)."""
+        store = targets.store()
+        for key in store.list(targets.failures_prefix(self.date)):
+            store.delete(key)
 
     def work(self) -> None:
         regions = config.regions()
-        facts: dict[str, dict[str, Any]] = {}
-        for done, (region, target) in enumerate(self.input().items(), 1):
-            with target.open() as f:
-                facts[region] = json.load(f)
-            self.progress(int(100 * done / len(regions)))
-        # From the start of the run that completes it: the time the run spent under a lowered cap
-        # before the day was complete (its regions waiting for a slot included).
+        store = targets.store()
+        # The regions' objects at once: one round trip to an object store, not one per region.
+        with ThreadPoolExecutor(len(regions)) as pool:
+            read = pool.map(lambda region: read_json(store, targets.region_key(self.date, region)), regions)
+            facts: dict[str, dict[str, Any]] = dict(zip(regions, read, strict=True))
+        self.progress(50)
+        # Time under a lowered cap, from one listing of the cap log: each region's while it ran
+        # (counted here, off the regions' CaptchaAI slots), and the day's from the start of the run
+        # that completes it (its regions waiting for a slot included).
+        changes = CapLog(store).changes()
+        for f in facts.values():
+            if "started_at" in f and "seconds_below_cap" not in f:
+                f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
         started = governor.run_started() or min(starts, default=time.time())
-        below = CapLog(config.state_dir()).seconds_below(started, time.time())
+        below = seconds_below(changes, started, time.time())
         health = day_health(self.date, regions, facts, below)
         try:
             validate(health, config.portal().max_unsolvable_ratio)
         except Exception:
-            failed = luigi.LocalTarget(targets.failed_health_path(self.date))
-            with failed.open("w") as f:
-                json.dump(health, f, indent=2)
+            store.write(targets.failed_health_key(self.date), json.dumps(health, indent=2).encode())
             raise
-        Path(targets.failed_health_path(self.date)).unlink(missing_ok=True)
-        with self.output()["records"].open("w") as f:
-            for region in regions:
-                for record in facts[region]["records"]:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        with self.output()["health"].open("w") as f:
-            json.dump(health, f, indent=2)
+        records = "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for region in regions for r in facts[region]["records"]
+        )
+        # Each object whole (one write each); the day is complete once both exist, in either order.
+        with ThreadPoolExecutor(3) as pool:
+            done = [
+                pool.submit(store.delete, targets.failed_health_key(self.date)),
+                pool.submit(store.write, targets.day_records_key(self.date), records.encode()),
+                pool.submit(store.write, targets.day_health_key(self.date), json.dumps(health, indent=2).encode()),
+            ]
+        for future in done:
+            future.result()  # a failed write fails the day
         self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
+        self.progress(100)

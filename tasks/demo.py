@@ -2,17 +2,27 @@
 
 The sandbox runs at a tenth of real time (solves of a few seconds, polls every half second) and
 leaves one region unsolvable, so the demo shows a day passing validation with it counted. Output
-goes to var/demo/, never to the operator's data/.
+goes to var/demo/, never to the operator's data/. `--store s3` (`make demo STORE=s3`) runs the same
+three days into a bucket of a real S3-compatible store (SeaweedFS) that it starts and stops, its
+data under var/demo-s3/.
 """
 
-import json
+import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+from portal_export.store import LocalStore, Store, read_json
 from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, sitekey_for
+
+from .s3store import ObjectClient, S3Store
+from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
+
+DEMO_BUCKET = "portal-demo"
 
 DAYS = ("2026-09-01", "2026-09-04")  # [start, stop): three days
 DEMO_CFG = """\
@@ -27,11 +37,13 @@ retry_jitter_s = 1
 """
 
 
-def summarize(data_dir: Path) -> tuple[list[str], dict[str, int]]:
+def summarize(store: Store) -> tuple[list[str], dict[str, int]]:
     lines: list[str] = []
     totals = {"rows": 0, "solves": 0, "unsolvable": 0}
-    for path in sorted(data_dir.glob("portal_records_*.health.json")):
-        h = json.loads(path.read_text())
+    for key in store.list("portal_records_"):
+        if not key.endswith(".health.json"):
+            continue
+        h = read_json(store, key)
         for k in totals:
             totals[k] += h[k]
         unsolvable = ", ".join(h["unsolvable_regions"]) or "-"
@@ -42,12 +54,40 @@ def summarize(data_dir: Path) -> tuple[list[str], dict[str, int]]:
     return lines, totals
 
 
-def main() -> int:
-    root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / "demo"
-    data_dir = root / "data"
+@contextlib.contextmanager
+def data_dir(root: Path, kind: str) -> Iterator[tuple[str, str, dict[str, str], Store]]:
+    """(data dir, extra config, environment, store) of the demo: var/demo/data, or a bucket of a
+    SeaweedFS started here (and stopped at the end), reached through Luigi's [s3] section."""
+    if kind == "local":
+        yield str(root / "data"), "", {}, LocalStore(root / "data")
+        return
+    weed = SeaweedFS(root / "seaweedfs")
+    try:
+        url = f"s3://{weed.create_bucket(DEMO_BUCKET)}/export"
+        cfg = f"[s3]\nendpoint_url = {weed.endpoint}\nregion_name = {REGION}\n"
+        print(f"demo: SeaweedFS (S3) at {weed.endpoint}, data dir {url}", flush=True)
+        store = S3Store(
+            url,
+            client=ObjectClient(
+                aws_secret_access_key=SECRET_KEY,
+                endpoint_url=weed.endpoint,
+                aws_access_key_id=ACCESS_KEY,
+                region_name=REGION,
+            ),
+        )
+        # the credentials in boto3's own variables, as an operator would keep them: never in a file
+        yield url, cfg, {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}, store
+    finally:
+        weed.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.demo", description=__doc__)
+    parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the data dir is")
+    args = parser.parse_args(argv)
+    root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / ("demo" if args.store == "local" else "demo-s3")
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    (root / "demo.cfg").write_text(DEMO_CFG)
     cfg = SandboxConfig(
         seed=7,
         time_scale=0.1,
@@ -56,25 +96,28 @@ def main() -> int:
         solve_sigma=0.35,
         unsolvable_sitekeys=frozenset({sitekey_for("east")}),
     )
-    with Sandbox(cfg) as sb:
+    with Sandbox(cfg) as sb, data_dir(root, args.store) as (where, store_cfg, store_env, store):
+        (root / "demo.cfg").write_text(DEMO_CFG + store_cfg)
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
         env = {
             **os.environ,
             "CAPTCHAAI_API_KEY": SANDBOX_KEY,
             "CAPTCHAAI_API_BASE": sb.captchaai_url,
             "PORTAL_BASE_URL": sb.portal_url,
-            "PORTAL_DATA_DIR": str(data_dir),
+            "PORTAL_DATA_DIR": where,
+            "PORTAL_VAR_DIR": str(root / "var"),
             "LUIGI_CONFIG_PATH": str(root / "demo.cfg"),
             "ALERT_WEBHOOK_URL": "",  # a demo against the sandbox alerts nobody
+            **store_env,
         }
         with open(root / "luigi.log", "w") as log:
             code = subprocess.run(
                 [sys.executable, "-m", "tasks", "backfill", *DAYS], env=env, stdout=log, stderr=subprocess.STDOUT
             ).returncode
         stats = sb.stats()
+        lines, totals = summarize(store)
     said = [line for line in (root / "luigi.log").read_text().splitlines() if line.startswith(("scheduler:", "plan:"))]
     print("\n".join(f"demo: {line}" for line in said))  # which scheduler ran it, and the plan check
-    lines, totals = summarize(data_dir)
     print(f"demo: {len(lines)} days exported through RangeDaily --of DayExport (exit {code}):")
     print("\n".join(lines))
     print(
@@ -82,7 +125,9 @@ def main() -> int:
         f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap 4), "
         f"{stats['key_in_query']} requests with the key in a URL"
     )
-    print(f"demo: outputs in {data_dir}/ (portal_records_*.jsonl, *.health.json); Luigi's log in {root / 'luigi.log'}")
+    print(f"demo: outputs in {where}/ (portal_records_*.jsonl, *.health.json); Luigi's log in {root / 'luigi.log'}")
+    if args.store == "s3":
+        print(f"demo: SeaweedFS is stopped again; its data stay in {root / 'seaweedfs'}")
     return code
 
 

@@ -11,8 +11,8 @@ The scheduler's total is that cap plus one slot per region that waits (a backoff
 in flight at the cap, which `_state/cap.json` publishes to the tasks with the time of each reading.
 
 Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
-data dir's `_state/` (named for the scheduler's URL); the others wait to take over. The last one
-out puts the configured cap back.
+runtime folder (`targets.runtime_dir()`, named for the scheduler's URL); the others wait to take
+over. The last one out puts the configured cap back.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight, alive
 
-from . import config
+from . import config, targets
 from .luigi_run import WorkerSchedulerFactory
 from .scheduler import remote
 from .scheduler_url import bare, shown
@@ -122,8 +122,8 @@ class Steward:
         self.seen = seen
         self.follow = follow
         self.configured = configured_cap()
-        self.state = config.state_dir()
-        self.caplog = CapLog(self.state)
+        self.state = targets.runtime_dir()  # the lock and registry below are this host's
+        self.caplog = CapLog(targets.store())
         self.inflight = InFlight(self.state)
         self.waiting = Waiting(self.state)
         self.cap_file = CapInForce(self.state)
@@ -290,7 +290,7 @@ def plan_client() -> CaptchaAI:
         key,
         config.api_base(),
         http_timeout_s=config.captchaai().http_timeout_s,
-        breaker=KeyBreaker(config.state_dir(), key),
+        breaker=KeyBreaker(targets.store(), key),
     )
 
 
@@ -326,7 +326,12 @@ def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory
     steward = Steward(url, seen, follow)
     steward.start()
     try:
-        yield WorkerSchedulerFactory(on_local=steward.local.attach, keep_alive=True, on_worker=steward.workers.attach)
+        yield WorkerSchedulerFactory(
+            on_local=steward.local.attach,
+            on_worker=steward.workers.attach,
+            keep_alive=True,
+            **targets.worker_settings(),
+        )
     finally:
         steward.stop()
 
@@ -339,14 +344,13 @@ def describe(url: str | None, threads: int, working: int) -> str:
     configured = configured_cap()
     if not cfg.follow_plan:
         return f"cap: follow_plan = false: the cap stays {configured}"
-    state = config.state_dir()
-    reading = Reading(threads, working, InFlight(state).count())
+    reading = Reading(threads, working, InFlight(targets.runtime_dir()).count())
     target = target_cap(configured, cfg.spare_threads, reading)
     line = (
         f"cap: {target} of {configured} configured, following the plan "
         f"({why(configured, cfg.spare_threads, reading)}; {reading.own} solves of ours in flight)"
     )
-    last = CapLog(state).last()
+    last = CapLog(targets.store()).last()
     if last is not None:
         line += f"; last change: cap {last['cap']}: {last['reason']}"
     return line
@@ -356,5 +360,5 @@ def plan_busy() -> str | None:
     """The governor's verdict once it gave up waiting for a usable thread, for regions to fail on."""
     if not config.captchaai().follow_plan:
         return None
-    busy = CapLog(config.state_dir()).busy()
+    busy = CapLog(targets.store()).busy()
     return None if busy is None else str(busy.get("reason", "no plan thread usable"))

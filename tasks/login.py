@@ -17,7 +17,7 @@ from portal_export.errors import TransientError
 from portal_export.portal import Login
 from portal_export.portal.session import log_in
 
-from . import config
+from . import config, targets
 
 
 def portal_login() -> Login | None:
@@ -30,7 +30,7 @@ def portal_login() -> Login | None:
         raise config.ConfigError("PORTAL_USERNAME is set but PORTAL_PASSWORD is not: export both, or neither")
     base_url = config.portal_base_url().rstrip("/")
     breaker = KeyBreaker(
-        config.state_dir(), f"login\0{base_url}\0{username}\0{password}", advice="fix PORTAL_USERNAME/PORTAL_PASSWORD"
+        targets.store(), f"login\0{base_url}\0{username}\0{password}", advice="fix PORTAL_USERNAME/PORTAL_PASSWORD"
     )
     return Login(username, password, config.portal().login_path, breaker)
 

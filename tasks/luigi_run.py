@@ -30,19 +30,19 @@ class WorkerSchedulerFactory:
 
     `on_local(scheduler)` receives the local scheduler Luigi creates inside the run (the cap is
     set on it); `on_worker(worker, processes)` gets the run's worker (its process count follows the
-    slots). `keep_alive` is the `[worker] keep_alive` of this run's worker (a worker setting, which
-    `build` does not take as an argument); None leaves it to the config.
+    slots). `settings` are `[worker]` settings of this run's worker, such as `keep_alive` (worker
+    settings are no arguments of `build`); a setting not given is left to the config.
     """
 
     def __init__(
         self,
         on_local: Callable[[luigi.scheduler.Scheduler], None] | None = None,
-        keep_alive: bool | None = None,
         on_worker: Callable[[luigi.worker.Worker, int], None] | None = None,
+        **settings: object,
     ) -> None:
         self.on_local = on_local
-        self.keep_alive = keep_alive
         self.on_worker = on_worker
+        self.settings = settings
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
         # the arguments of Luigi's own factory (luigi.interface)
@@ -55,9 +55,8 @@ class WorkerSchedulerFactory:
         return luigi.rpc.RemoteScheduler(url)
 
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
-        settings = {} if self.keep_alive is None else {"keep_alive": self.keep_alive}
         worker = luigi.worker.Worker(
-            scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **settings
+            scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
         )
         if self.on_worker is not None:
             self.on_worker(worker, int(worker_processes))

@@ -1,6 +1,5 @@
 """RegionExport: one region of one day, in one HTTP session, holding one captchaai slot."""
 
-import json
 import logging
 import time
 
@@ -12,6 +11,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import PermanentError
 from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
+from portal_export.store import write_json
 
 from . import config, governor, targets
 from .base import PortalTask
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def make_solver() -> CaptchaAI:
     cfg = config.captchaai()
     key = config.api_key()
-    breaker = KeyBreaker(config.state_dir(), key)
+    breaker = KeyBreaker(targets.store(), key)
     breaker.check()  # an open breaker fails the region at once, before it loads a page it cannot use
     return CaptchaAI(
         key,
@@ -35,10 +35,11 @@ def make_solver() -> CaptchaAI:
         breaker=breaker,
         # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
         gate=Gate(
-            config.state_dir(),
+            targets.runtime_dir(),
             configured=governor.configured_cap(),
             plan_every_s=cfg.plan_every_s,
             follows_plan=cfg.follow_plan,
+            caplog=CapLog(targets.store()),
         ),
     )
 
@@ -60,11 +61,16 @@ class RegionExport(PortalTask):
 
     resources = {"captchaai": 1}
 
-    def output(self) -> luigi.LocalTarget:
-        return luigi.LocalTarget(targets.region_path(self.date, self.region))
+    def output(self) -> luigi.target.FileSystemTarget:
+        return targets.target(targets.region_key(self.date, self.region))
 
-    def failure_path(self) -> str:
-        return targets.region_failure_path(self.date, self.region)
+    def failure_key(self) -> str:
+        return targets.region_failure_key(self.date, self.region)
+
+    def clear_failures(self) -> None:
+        """Left to the day: a region's record is read only while the region has no output, so the
+        DayExport that completes its day removes it, off the region's CaptchaAI slot (a request
+        less between two solves when the data dir is an object store)."""
 
     def make_solver(self) -> CaptchaAI:
         """The CaptchaAI client; tests substitute a fake here."""
@@ -99,7 +105,7 @@ class RegionExport(PortalTask):
             retry_jitter_s=p.retry_jitter_s,
             http_timeout_s=config.captchaai().http_timeout_s,
             login=portal_login(),
-            sleep=Waiting(config.state_dir()).sleep,  # a backoff lends this task's slot to another region
+            sleep=Waiting(targets.runtime_dir()).sleep,  # a backoff lends this task's slot to another region
             on_attempt=on_attempt,
             on_poll=on_poll,
         )
@@ -108,9 +114,9 @@ class RegionExport(PortalTask):
         facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
         facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
         facts["started_at"], facts["ended_at"] = started, ended
-        facts["seconds_below_cap"] = CapLog(config.state_dir()).seconds_below(started, ended)
-        with self.output().open("w") as f:
-            json.dump(facts, f, ensure_ascii=False)
+        # One whole write, retried through a store outage within [portal] store_retry_s: the
+        # records of a token the portal accepted are not thrown away for a store that blinked.
+        write_json(targets.store(), targets.region_key(self.date, self.region), facts)
         log.info(
             "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
             self.date,

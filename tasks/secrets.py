@@ -1,5 +1,5 @@
 """Keeping the secrets (the API key, the portal password, the alert webhook URL, the password in
-LUIGI_SCHEDULER_URL) out of everything Luigi shows, logs or stores.
+LUIGI_SCHEDULER_URL, the object store's secret access key) out of everything Luigi shows, logs or stores.
 
 The client never puts the key anywhere but a POST body, so this is the second line: whatever some
 library writes into a message or a traceback is scrubbed before it is logged or handed to Luigi
@@ -15,10 +15,22 @@ import traceback
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import luigi.configuration
+
 MASK = "***"
 # Read from the environment only, never written anywhere: every one is masked wherever text leaves.
 # SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), README "Alerts".
-SECRET_ENV = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
+# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the object store's (boto3's own variables, README "Data in an object store").
+SECRET_ENV = (
+    "CAPTCHAAI_API_KEY",
+    "PORTAL_PASSWORD",
+    "ALERT_WEBHOOK_URL",
+    "SMTP_PASSWORD",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+)
+# Luigi's [s3] section may hold the same credentials (luigi.contrib.s3 reads them there first).
+SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")
 
 
 def secrets() -> list[str]:
@@ -26,6 +38,8 @@ def secrets() -> list[str]:
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
     values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
     values.update(url_password(os.environ.get("LUIGI_SCHEDULER_URL", "").strip()))
+    cfg = luigi.configuration.get_config()
+    values |= {str(cfg.get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
     return sorted((v for v in values if v), key=len, reverse=True)
 
 

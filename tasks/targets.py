@@ -1,32 +1,130 @@
-"""Where every output lives: one place builds every path (a str, as Luigi's targets want)."""
+"""Where everything lives: the one place that builds the data dir's store, every key in it, every
+Luigi target, and the host-local runtime folder.
+
+The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its relative name (its
+key) in both. What a later run or another host needs (targets, day files, failure records,
+breakers, the cap log, the busy verdict, the report) is in the store. What only means something
+on this host while a run goes (the pid-based in-flight records, the plan poke, the governor's lock,
+Luigi's `--lock-pid-dir`) is in `runtime_dir()`: the data dir's `_state/` when it is local (as it
+always was), a folder of this host's `var/run/` when it is an object store.
+"""
 
 import datetime
+import hashlib
+import os
+from pathlib import Path
+
+import luigi
+
+from portal_export.store import LocalStore, Store
 
 from . import config
 
+# boto3 and luigi.contrib.s3 are imported only for an s3:// data dir: a third of a second of every
+# local run's start otherwise.
 
-def region_path(date: datetime.date, region: str) -> str:
-    return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / f"{region}.json")
-
-
-def day_records_path(date: datetime.date) -> str:
-    return str(config.data_dir() / f"portal_records_{date:%Y-%m-%d}.jsonl")
+_stores: dict[str, Store] = {}
 
 
-def day_health_path(date: datetime.date) -> str:
-    return str(config.data_dir() / f"portal_records_{date:%Y-%m-%d}.health.json")
+def is_remote(data_dir: str) -> bool:
+    return "://" in data_dir
 
 
-def failed_health_path(date: datetime.date) -> str:
+def store() -> Store:
+    """The data dir's store, built once per process; Luigi's task processes inherit it (an S3
+    store opens connections of their own after the fork)."""
+    where = config.data_dir_text()
+    if where not in _stores:
+        if is_remote(where):
+            from .s3store import S3Store
+
+            _stores[where] = S3Store(where, retry_s=config.portal().store_retry_s)
+        else:
+            _stores[where] = LocalStore(where)
+    return _stores[where]
+
+
+def check_store() -> None:
+    """The store answers, with these credentials, before any other request of a run (StoreError if not)."""
+    s = store()
+    if not isinstance(s, LocalStore):
+        s.check()  # type: ignore[attr-defined]  # S3Store's
+
+
+def worker_settings() -> dict[str, object]:
+    """Luigi's own `[worker]` settings for this data dir. In an object store a completeness check is
+    a request: Luigi's completion cache keeps what a task of this run found complete (or completed),
+    so the day's check of its regions and RangeDaily's of its days ask nothing again."""
+    return {"cache_task_completion": True} if is_remote(config.data_dir_text()) else {}
+
+
+def runtime_dir() -> Path:
+    """This host's folder for what is meaningful only here and while a run goes."""
+    where = config.data_dir_text()
+    if not is_remote(where):
+        return Path(where) / "_state"
+    fingerprint = hashlib.sha256(where.rstrip("/").encode()).hexdigest()[:12]
+    return Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve() / "run" / fingerprint
+
+
+def where() -> str:
+    """The data dir, for messages: an absolute path, or the s3:// URL."""
+    s = store()
+    return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
+
+
+def target(key: str) -> luigi.target.FileSystemTarget:
+    """The Luigi target of a key: an S3Target on the store's own client, or a LocalTarget."""
+    s = store()
+    if isinstance(s, LocalStore):
+        return luigi.LocalTarget(s.location(key))
+    from luigi.contrib.s3 import S3Target
+
+    return S3Target(s.location(key), client=s.client)  # type: ignore[attr-defined]  # S3Store's
+
+
+# ---------------------------------------------------------------------------------------- keys
+
+
+def region_key(date: datetime.date, region: str) -> str:
+    return f"regions/{date:%Y-%m-%d}/{region}.json"
+
+
+DAY_PREFIX = "portal_records_"
+
+
+def day_records_key(date: datetime.date) -> str:
+    return f"{DAY_PREFIX}{date:%Y-%m-%d}.jsonl"
+
+
+def day_health_key(date: datetime.date) -> str:
+    return f"{DAY_PREFIX}{date:%Y-%m-%d}.health.json"
+
+
+def failed_health_key(date: datetime.date) -> str:
     """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
-    return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / "failed.health.json")
+    return f"regions/{date:%Y-%m-%d}/failed.health.json"
 
 
-def region_failure_path(date: datetime.date, region: str) -> str:
-    """The error code of the region's last failure; a folder of its own, so globs of region targets miss it."""
-    return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / "failures" / f"region-{region}.json")
+def failures_prefix(date: datetime.date) -> str:
+    return f"regions/{date:%Y-%m-%d}/failures/"
 
 
-def day_failure_path(date: datetime.date) -> str:
+def region_failure_key(date: datetime.date, region: str) -> str:
+    """The error code of the region's last failure; a folder of its own, so listings of region targets miss it."""
+    return f"{failures_prefix(date)}region-{region}.json"
+
+
+def day_failure_key(date: datetime.date) -> str:
     """The error code of the day's last failure other than validation (that one is failed.health.json)."""
-    return str(config.data_dir() / "regions" / f"{date:%Y-%m-%d}" / "failures" / "day.json")
+    return f"{failures_prefix(date)}day.json"
+
+
+def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
+    """The days among `days` whose two day objects exist: one listing, however many days
+    (RangeDaily's `bulk_complete`), instead of two requests per day. It lists only the names the
+    days share (`portal_records_2026-06-`), not a bucket's years of history."""
+    if not days:
+        return []
+    names = set(store().list(os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in days])))
+    return [d for d in days if day_records_key(d) in names and day_health_key(d) in names]

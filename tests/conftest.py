@@ -24,8 +24,18 @@ def isolated(tmp_path, monkeypatch):
         "SCHEDULER",
         "LUIGI_SCHEDULER_URL",
         "ALERT_WEBHOOK_URL",  # a developer's real webhook never hears from the tests
+        # nor a developer's real bucket: boto3's own variables
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
     ):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
     luigi.task.Register.clear_instance_cache()
     yield
@@ -151,12 +161,15 @@ def cli(tmp_path):
     count = itertools.count()
     started = []
 
-    def start(*argv, **env):
-        """The run in the background: a Popen, whose output cli.output(proc) reads."""
+    def start(*argv, cwd=ROOT, **env):
+        """The run in the background: a Popen, whose output cli.output(proc) reads. `cwd`: another
+        checkout (a second clone), which finds the code through PYTHONPATH."""
         n = next(count)
+        if cwd != ROOT:
+            env.setdefault("PYTHONPATH", str(ROOT))
         proc = subprocess.Popen(
             [sys.executable, "-m", "tasks", *map(str, argv)],
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **env},
             stdout=open(tmp_path / f"cli-{n}.out", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
             stderr=open(tmp_path / f"cli-{n}.err", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
@@ -168,9 +181,9 @@ def cli(tmp_path):
     def output(proc):
         return proc.out_path.read_text(), proc.err_path.read_text()
 
-    def run(*argv, timeout=60, **env):
+    def run(*argv, timeout=60, cwd=ROOT, **env):
         begin = time.monotonic()
-        proc = start(*argv, **env)
+        proc = start(*argv, cwd=cwd, **env)
         code = proc.wait(timeout=timeout)
         return CliRun(code, *output(proc), time.monotonic() - begin)
 
@@ -270,3 +283,30 @@ def hosts(tmp_path):
     yield make
     for host in made:
         host.stop()
+
+
+# ----------------------------------------------------------------------------- a real object store
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """One SeaweedFS (S3 on a free loopback port) for the whole session; tests take a bucket each."""
+    from tasks.seaweedfs import SeaweedFS
+
+    store = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    yield store
+    store.remove()
+
+
+@pytest.fixture
+def s3_data_dir(seaweedfs, monkeypatch, tmp_path, request):
+    """A fresh bucket, and this process and its subprocesses pointed at s3://BUCKET/portal through
+    boto3's own variables; the host's runtime folder under this test's tmp_path. Returns the URL."""
+    import hashlib
+
+    bucket = seaweedfs.create_bucket("t-" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:20])
+    url = f"s3://{bucket}/portal"
+    for name, value in seaweedfs.env(url).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PORTAL_VAR_DIR", str(tmp_path / "var"))
+    return url

@@ -4,6 +4,7 @@ import datetime
 
 from portal_export.alerts import MissingDay, RunFacts, progress_line, summarize
 from portal_export.failures import clear_failure, read_failure, write_failure
+from portal_export.store import LocalStore
 
 REGIONS = ("north", "south", "east", "west")
 D = [datetime.date(2026, 6, 1) + datetime.timedelta(days=i) for i in range(30)]
@@ -60,14 +61,15 @@ def test_progress_line_estimates_from_the_pace_so_far():
 
 
 def test_failure_record_is_written_whole_read_back_and_cleared(tmp_path):
-    path = tmp_path / "regions" / "2026-06-01" / "failures" / "region-north.json"
-    assert read_failure(path) is None
-    write_failure(path, "ERROR_PAGEURL", "detail")
-    record = read_failure(path)
+    store, key = LocalStore(tmp_path), "regions/2026-06-01/failures/region-north.json"
+    path = tmp_path / key
+    assert read_failure(store, key) is None
+    write_failure(store, key, "ERROR_PAGEURL", "detail")
+    record = read_failure(store, key)
     assert record["code"] == "ERROR_PAGEURL" and record["detail"] == "detail" and record["at"] > 0
     assert [p.name for p in path.parent.iterdir()] == ["region-north.json"]  # no temporary left
     path.write_text("{not json")
-    assert read_failure(path)["code"] == "UNREADABLE_FAILURE_RECORD"
-    clear_failure(path)
-    clear_failure(path)
+    assert read_failure(store, key)["code"] == "UNREADABLE_FAILURE_RECORD"
+    clear_failure(store, key)
+    clear_failure(store, key)
     assert not path.exists()

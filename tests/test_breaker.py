@@ -1,6 +1,7 @@
 """The key-level breaker: tripped by the client on a key-level answer, shared through a state dir."""
 
 import json
+from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
@@ -9,6 +10,7 @@ import responses
 from portal_export.breaker import KeyBreaker, fingerprint
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import KeyLevelError, PermanentError, TransientError
+from portal_export.store import LocalStore
 
 API = "https://ocr.test"
 KEY = "k3y-0123456789abcdef0123456789ab"
@@ -53,7 +55,7 @@ def client(state_dir, key=KEY):
     return CaptchaAI(
         key,
         API,
-        breaker=KeyBreaker(state_dir, key),
+        breaker=KeyBreaker(LocalStore(state_dir), key),
         first_poll_s=0,
         poll_every_s=0,
         clock=lambda: 0.0,
@@ -61,8 +63,9 @@ def client(state_dir, key=KEY):
     )
 
 
-def state_files(state_dir):
-    return sorted(p for p in state_dir.iterdir()) if state_dir.exists() else []
+def state_files(data_dir):
+    state = data_dir / "_state"
+    return sorted(p for p in state.iterdir()) if state.exists() else []
 
 
 @pytest.mark.parametrize("code", ["ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED"])
@@ -136,7 +139,7 @@ def test_clear_removes_it_and_lets_requests_out_again(api, tmp_path):
     api.on("in.php", {"status": 0, "request": "ERROR_WRONG_USER_KEY"}, {"status": 1, "request": "10"})
     with pytest.raises(KeyLevelError):
         client(tmp_path).submit(PARAMS)
-    assert KeyBreaker.clear(tmp_path) == ["ERROR_WRONG_USER_KEY"]
+    assert KeyBreaker.clear(LocalStore(tmp_path)) == ["ERROR_WRONG_USER_KEY"]
     assert state_files(tmp_path) == []
     assert client(tmp_path).submit(PARAMS) == "10"
     assert len(api.rsps.calls) == 2
@@ -155,13 +158,15 @@ def test_breaker_files_never_hold_the_key(api, tmp_path):
         for key in (KEY, OTHER_KEY):
             assert key not in path.name
             assert key not in path.read_text()
-    assert json.loads(KeyBreaker(tmp_path, KEY).path.read_text())["code"] == "ERROR_WRONG_USER_KEY"
+    assert (
+        json.loads(Path(KeyBreaker(LocalStore(tmp_path), KEY).location).read_text())["code"] == "ERROR_WRONG_USER_KEY"
+    )
     assert fingerprint(KEY) != fingerprint(OTHER_KEY)
     assert KEY not in fingerprint(KEY)
 
 
 def test_open_breaker_error_carries_no_key(tmp_path):
-    breaker = KeyBreaker(tmp_path, KEY)
+    breaker = KeyBreaker(LocalStore(tmp_path), KEY)
     breaker.trip("IP_BANNED", "in.php")
     with pytest.raises(KeyLevelError) as info:
         breaker.check()
@@ -171,15 +176,16 @@ def test_open_breaker_error_carries_no_key(tmp_path):
 
 
 def test_check_without_state_dir_passes(tmp_path):
-    KeyBreaker(tmp_path / "never-created", KEY).check()
-    assert KeyBreaker.clear(tmp_path / "never-created") == []
+    KeyBreaker(LocalStore(tmp_path / "never-created"), KEY).check()
+    assert KeyBreaker.clear(LocalStore(tmp_path / "never-created")) == []
 
 
 def test_unreadable_breaker_file_keeps_it_open(tmp_path):
-    breaker = KeyBreaker(tmp_path, KEY)
-    breaker.path.write_text("{not json")
+    breaker = KeyBreaker(LocalStore(tmp_path), KEY)
+    Path(breaker.location).parent.mkdir(parents=True)
+    Path(breaker.location).write_text("{not json")
     with pytest.raises(KeyLevelError) as info:
         breaker.check()
     assert info.value.code == "BREAKER_OPEN"
-    assert KeyBreaker.clear(tmp_path) == ["?"]
+    assert KeyBreaker.clear(LocalStore(tmp_path)) == ["?"]
     breaker.check()

@@ -17,6 +17,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import BusyThreads, PermanentError
 from portal_export.gate import CapInForce, Gate, Waiting
 from portal_export.governor import ZERO_CAP_PERIODS
+from portal_export.store import LocalStore
 
 API = "https://ocr.test"
 KEY = "k3y-0123456789abcdef0123456789ab"
@@ -100,7 +101,7 @@ def test_the_gate_holds_the_cap_across_processes(tmp_path):
 
 def test_a_busy_verdict_stops_a_solve_waiting_at_the_gate_with_plan_busy(tmp_path):
     CapInForce(tmp_path).write(0, time.time())
-    CapLog(tmp_path).set_busy("no plan thread usable for 600 s: another consumer holds all 5 plan threads")
+    CapLog(LocalStore(tmp_path)).set_busy("no plan thread usable for 600 s: another consumer holds all 5 plan threads")
     gate = Gate(tmp_path, configured=4, plan_every_s=1.0)
     with pytest.raises(PermanentError) as info, gate.solving():
         pass

@@ -13,6 +13,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import TransientError
 from portal_export.governor import ZERO_CAP_PERIODS, Governor, Reading, decide, target_cap
 from portal_export.inflight import InFlight
+from portal_export.store import LocalStore
 
 CAP, SPARE = 4, 1
 
@@ -216,7 +217,7 @@ def test_seconds_below_the_configured_cap():
 
 
 def test_cap_log_notes_and_the_busy_verdict(tmp_path):
-    log = CapLog(tmp_path)
+    log = CapLog(LocalStore(tmp_path))
     assert log.last() is None and log.busy() is None
     log.note(2, 4, "another consumer holds 2 of 5 plan threads")
     assert log.last()["cap"] == 2 and log.last()["reason"] == "another consumer holds 2 of 5 plan threads"

@@ -9,8 +9,10 @@ import json
 import re
 import threading
 import time
+from pathlib import Path
 
 from portal_export.breaker import KeyBreaker, fingerprint
+from portal_export.store import LocalStore
 from sandbox import SANDBOX_KEY
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account (a revoked key answers the same)
@@ -126,4 +128,4 @@ def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_
     failed, codes = region_failures(blocked)
     assert failed == {("2026-06-09", r) for r in REGIONS} and codes == ["ERROR_KEY_DOES_NOT_EXIST"] * 4
     assert len(breaker_files(data_dir)) == 1
-    assert KeyBreaker(data_dir / "_state", SANDBOX_KEY).path.exists()
+    assert Path(KeyBreaker(LocalStore(data_dir), SANDBOX_KEY).location).exists()

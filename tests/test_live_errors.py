@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import luigi
 import pytest
@@ -23,6 +24,7 @@ from werkzeug.wrappers import Request, Response
 from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import SUBMIT_RESENDS, CaptchaAI
 from portal_export.errors import BusyThreads, TransientError
+from portal_export.store import LocalStore
 from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 
@@ -175,7 +177,7 @@ def test_a_bad_key_fails_every_region_once_and_sends_no_more(row, code, live, pe
     assert stats["codes"] == {"res.php": {code: 1}}
     assert stats["bad_key_requests"] == (0 if row == "ip-banned" else 1) and stats["ip_bans"] == 0
     assert f"plan check: CaptchaAI answered {code}" in run.err
-    assert json.loads(KeyBreaker(data_dir / "_state", key).path.read_text())["code"] == code
+    assert json.loads(Path(KeyBreaker(LocalStore(data_dir), key).location).read_text())["code"] == code
 
     again = permanent(d, key=key, command="backfill")  # a keep-alive backfill: re-enabled, still nothing sent
     assert "re-enabled RegionExport" in again.err
@@ -377,7 +379,7 @@ def test_busy_threads_are_waited_out_spending_no_attempt(live, north_only, data_
 def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
     """Refused; a thread frees and another consumer takes it before the resubmit; refused again. Threads
     were working throughout, so the plan is active: busy and retried, never the breaker's "no plan"."""
-    breaker = KeyBreaker(data_dir / "_state", SANDBOX_KEY)
+    breaker = KeyBreaker(LocalStore(data_dir), SANDBOX_KEY)
     start = live.now()
     assert live.occupy_threads(3, 10_000) == 3  # another consumer's tasks: three long ones,
     assert live.occupy_threads(1, 10) == 1  # one ending 0.1 s from now
@@ -400,7 +402,7 @@ def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
     assert type(info.value) is BusyThreads and info.value.code == "ERROR_ZERO_BALANCE"
     assert "4 of 5 plan threads worked" in str(info.value)
     assert live.stats()["codes"]["in.php"] == {"ERROR_ZERO_BALANCE": 2} and live.stats()["actions"]["threadsinfo"] == 2
-    assert not breaker.path.exists()
+    assert not Path(breaker.location).exists()
     assert client.submit(params) == live.tasks()[0]["id"]  # a thread is free now: the retry gets its task
 
 

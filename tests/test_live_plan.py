@@ -16,6 +16,9 @@ import time
 
 import pytest
 
+from portal_export.caplog import CapLog
+from portal_export.store import LocalStore
+
 BACKFILL = ("2026-03-01", "2026-03-09")  # 8 days x 4 regions
 DAYS = [f"2026-03-0{d}" for d in range(1, 9)]
 PERIOD = 0.2  # [captchaai] plan_every_s in these tests
@@ -27,16 +30,13 @@ class Watch:
     """Samples (time, our solves in flight, cap in force) every 10 ms while a run goes."""
 
     def __init__(self, live, data_dir):
-        self.live, self.log = live, data_dir / "_state" / "cap-log.jsonl"
+        self.live, self.log = live, CapLog(LocalStore(data_dir))
         self.samples, self.stop = [], threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
     def cap_changes(self):
-        try:
-            return [json.loads(line) for line in self.log.read_text().splitlines()]
-        except FileNotFoundError:
-            return []
+        return self.log.changes()
 
     def loop(self):
         while not self.stop.is_set():
@@ -217,4 +217,4 @@ def test_follow_plan_false_keeps_the_fixed_cap(live, fast_cfg, cli, data_dir):
     assert "cap: follow_plan = false: the cap stays 4" in run.err
     assert "tasks.governor" not in run.err
     assert live.stats()["actions"]["threadsinfo"] == 1  # the plan check only: nobody follows the plan
-    assert not (data_dir / "_state" / "cap-log.jsonl").exists()
+    assert not (data_dir / "_state" / "cap-log").exists()

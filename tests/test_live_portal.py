@@ -13,6 +13,7 @@ import luigi
 import pytest
 
 from portal_export.breaker import KeyBreaker
+from portal_export.store import LocalStore
 from sandbox import SANDBOX_PASSWORD, SANDBOX_USER, VARIANTS
 from tasks import DayExport
 
@@ -211,6 +212,6 @@ def test_without_credentials_a_login_portal_is_a_page_without_sitekey(live, fast
 
 
 def test_the_login_breaker_is_named_by_url_user_and_password_never_holding_them(tmp_path):
-    a = KeyBreaker(tmp_path, f"login\0http://p\0{SANDBOX_USER}\0{WRONG_PASSWORD}")
-    b = KeyBreaker(tmp_path, f"login\0http://p\0{SANDBOX_USER}\0{SANDBOX_PASSWORD}")
-    assert a.path != b.path and a.path.name.startswith("breaker-")
+    a = KeyBreaker(LocalStore(tmp_path), f"login\0http://p\0{SANDBOX_USER}\0{WRONG_PASSWORD}")
+    b = KeyBreaker(LocalStore(tmp_path), f"login\0http://p\0{SANDBOX_USER}\0{SANDBOX_PASSWORD}")
+    assert a.key != b.key and a.key.startswith("_state/breaker-")

@@ -411,3 +411,9 @@ def test_core_module_imports_no_luigi_no_tasks_no_pyplot():
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_main_refuses_an_object_store_and_names_make_report(capsys):
+    assert main(["--data-dir", "s3://bucket-1/portal"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: s3://bucket-1/portal is an object store: run `make report`, which reaches it"

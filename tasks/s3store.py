@@ -1,0 +1,277 @@
+"""The data dir in an S3-compatible object store, through Luigi's own `luigi.contrib.s3`.
+
+`S3Store` implements `portal_export.store.Store` on the boto3 client of a `luigi.contrib.s3.S3Client`,
+so the store is reached exactly as Luigi's `S3Target`s reach it: the `[s3]` section (`endpoint_url`
+for a self-hosted store, credentials), else boto3's own chain (`AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3`, profiles, instance roles).
+
+Every write is one `PutObject` of the whole body: S3 shows the old object, the new one or none,
+and a killed run leaves no partial or temporary object (a multipart upload would). `create` is
+`PutObject` with `If-None-Match: *`: a 412 means another writer got there first.
+
+A store that stops answering mid-run (an endpoint restarting, a network blip) is waited for:
+every request is retried for up to `[portal] store_retry_s` before the task fails, so a region
+whose token the portal accepted keeps its records through an outage shorter than that. Every
+other error is mapped to a `StoreError` naming the store and the cause in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import botocore.config
+import botocore.exceptions
+import luigi.contrib.s3
+import tenacity
+from urllib3 import PoolManager
+
+from portal_export.store import StoreError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
+
+# S3's rules for a bucket name (the virtual-host-safe subset every S3-compatible store accepts)
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+MISSING = ("NoSuchKey", "404", "NotFound")
+REFUSED = (
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "403",
+    "Forbidden",
+)
+BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
+# botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
+# an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
+CLIENT_CONFIG = botocore.config.Config(
+    connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"}
+)
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix ending in "/" or empty) of `s3://BUCKET[/PREFIX]`; StoreError when malformed."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or parts.query or parts.fragment or "@" in parts.netloc:
+        raise StoreError("STORE_BAD_URL", f"store {url}: give s3://BUCKET/PREFIX")
+    if not BUCKET_NAME.fullmatch(parts.netloc) or ".." in parts.netloc:
+        raise StoreError(
+            "STORE_BAD_URL",
+            f"store {url}: {parts.netloc!r} is no bucket name (3-63 of a-z, 0-9, '.', '-'): give s3://BUCKET/PREFIX",
+        )
+    prefix = parts.path.strip("/")
+    if "//" in prefix or any(seg in (".", "..") for seg in prefix.split("/")):
+        raise StoreError("STORE_BAD_URL", f"store {url}: the prefix has an empty, '.' or '..' segment")
+    return parts.netloc, f"{prefix}/" if prefix else ""
+
+
+def is_outage(err: BaseException) -> bool:
+    """An error that waiting may cure: no connection, a timeout, a store saying it is busy."""
+    if isinstance(err, botocore.exceptions.ClientError):
+        return error_code(err) in BUSY
+    return isinstance(err, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError))
+
+
+def error_code(err: botocore.exceptions.ClientError) -> str:
+    return str(
+        err.response.get("Error", {}).get("Code") or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    )
+
+
+class ObjectClient(luigi.contrib.s3.S3Client):
+    """Luigi's S3 client for a data dir of plain objects, never "directories".
+
+    `exists` is one `HeadObject`: Luigi's also probes two directory markers and lists a prefix
+    when the object is missing, four requests for every region and day not done yet.
+    `retry` (the store's outage bound) wraps it, so Luigi's own completeness checks ride out an
+    outage too.
+    """
+
+    def __init__(self, retry: Callable[[Callable[[], Any], str], Any] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("config", CLIENT_CONFIG)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
+        self.retry = retry or (lambda call, what: call())
+
+    @property
+    def api(self) -> Any:
+        """The boto3 (botocore) S3 client behind Luigi's resource."""
+        return self.s3.meta.client
+
+    def exists(self, path: str) -> bool:
+        bucket, key = self._path_to_bucket_and_key(path)  # type: ignore[no-untyped-call]
+
+        def head() -> bool:
+            try:
+                self.api.head_object(Bucket=bucket, Key=key)
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in MISSING:
+                    return False
+                raise
+            return True
+
+        return bool(self.retry(head, f"checking {path}"))
+
+
+class S3Store:
+    """`s3://BUCKET/PREFIX`; keys are names below the prefix.
+
+    One store (and its boto3 client) serves a process and the task processes Luigi forks from it:
+    building a client costs tens of milliseconds per task, so a forked child keeps the parent's and
+    only drops the connections it inherited (a socket must not be shared by two processes).
+    """
+
+    def __init__(self, url: str, retry_s: float = 120.0, client: ObjectClient | None = None) -> None:
+        self.bucket, self.prefix = parse_url(url)
+        self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self.retry_s = retry_s
+        self.client = client or ObjectClient(retry=self._retry)
+        _stores.add(self)
+
+    def forget_connections(self) -> None:
+        """In a forked child: open new connections rather than use the parent's."""
+        resource = self.client._s3
+        if resource is None:
+            return
+        # botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones
+        # are left untouched (not closed): a parent's thread may have held their lock at the fork.
+        http = resource.meta.client._endpoint.http_session
+        http._proxy_managers = {}
+        http._manager = PoolManager(**http._get_pool_manager_kwargs())
+        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url!r})"
+
+    # ------------------------------------------------------------------ errors, retries
+
+    def error(self, err: BaseException, what: str) -> StoreError:
+        """One line naming the store and the cause (the messages botocore gives carry no secret)."""
+        where = f"store {self.url}"
+        if isinstance(err, botocore.exceptions.PartialCredentialsError):
+            return StoreError("STORE_NO_CREDENTIALS", f"{where}: {err}")
+        if isinstance(err, botocore.exceptions.NoCredentialsError):
+            return StoreError(
+                "STORE_NO_CREDENTIALS",
+                f"{where}: no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)",
+            )
+        if isinstance(err, botocore.exceptions.ClientError):
+            code = error_code(err)
+            if code == "NoSuchBucket":
+                return StoreError("STORE_NO_BUCKET", f"{where}: bucket {self.bucket!r} does not exist")
+            if code in REFUSED:
+                return StoreError("STORE_CREDENTIALS_REFUSED", f"{where}: credentials refused ({code}) while {what}")
+            return StoreError("STORE_ERROR", f"{where}: {code} while {what}")
+        if is_outage(err):
+            return StoreError(
+                "STORE_UNREACHABLE", f"{where}: endpoint unreachable while {what} ({type(err).__name__}: {err})"
+            )
+        if isinstance(err, botocore.exceptions.BotoCoreError):
+            return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}: {err}")
+        return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}")
+
+    def _retry(self, call: Callable[[], T], what: str) -> T:
+        """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
+        started = time.monotonic()
+
+        def warn(state: tenacity.RetryCallState) -> None:
+            err = state.outcome.exception() if state.outcome is not None else None
+            if state.attempt_number == 1 and err is not None:
+                log.warning(
+                    "%s: waiting up to %.0f s for it to answer (%s)",
+                    self.error(err, what),
+                    self.retry_s,
+                    type(err).__name__,
+                )
+
+        try:
+            for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception(is_outage),
+                stop=tenacity.stop_after_delay(self.retry_s),
+                wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
+                before_sleep=warn,
+                reraise=True,
+            ):
+                with attempt:
+                    result = call()
+        except StoreError:
+            raise
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
+            raise self.error(err, what) from None
+        if time.monotonic() - started > 1.0:
+            log.info("store %s answers again (%s)", self.url, what)
+        return result
+
+    # ------------------------------------------------------------------ the Store protocol
+
+    def location(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{key}"
+
+    def read(self, key: str) -> bytes | None:
+        def get() -> bytes | None:
+            try:
+                answer = self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in MISSING:
+                    return None
+                raise
+            return bytes(answer["Body"].read())
+
+        return self._retry(get, f"reading {key}")
+
+    def write(self, key: str, data: bytes) -> None:
+        self._retry(
+            lambda: self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data), f"writing {key}"
+        )
+
+    def create(self, key: str, data: bytes) -> bool:
+        def put() -> bool:
+            try:
+                self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*")
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in ("PreconditionFailed", "412"):
+                    return False
+                raise
+            return True
+
+        return self._retry(put, f"creating {key}")
+
+    def exists(self, key: str) -> bool:
+        return self.client.exists(self.location(key))
+
+    def delete(self, key: str) -> None:
+        self._retry(lambda: self.client.api.delete_object(Bucket=self.bucket, Key=self.prefix + key), f"deleting {key}")
+
+    def list(self, prefix: str) -> list[str]:
+        def keys() -> list[str]:
+            pages = self.client.api.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
+            return [obj["Key"][len(self.prefix) :] for page in pages for obj in page.get("Contents", ())]
+
+        return sorted(self._retry(keys, f"listing {prefix or '/'}"))
+
+    def check(self) -> None:
+        """Before any other request of a run: the bucket is there and the credentials are taken.
+        One listing of the prefix, not retried (an endpoint that is not there fails in seconds)."""
+        try:
+            self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
+            raise self.error(err, "checking the bucket") from None
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_stores):
+        store.forget_connections()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

