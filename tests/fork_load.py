@@ -32,10 +32,7 @@ class ForkedDay(luigi.Task):
     date = luigi.DateParameter()
 
     def output(self):
-        return [
-            luigi.LocalTarget(targets.day_records_path(self.date)),
-            luigi.LocalTarget(targets.day_health_path(self.date)),
-        ]
+        return [targets.target(targets.day_records_key(self.date)), targets.target(targets.day_health_key(self.date))]
 
     def run(self):
         log.info("day %s: task process %d asks the portal", self.date, os.getpid())  # stderr, as every task's
@@ -79,7 +76,8 @@ def main() -> int:
                 [ForkedDay(d) for d in days], factory, lock_dir=str(lock_dir()), scheduler_url=None, workers=4
             )
         run._stop_watching()
-    missing = [str(d) for d in days if not alerting.day_complete(d)]
+    complete = alerting.complete_days(days)
+    missing = [str(d) for d in days if d not in complete]
     waits.sort()
     print(
         json.dumps(
