@@ -30,8 +30,9 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import alerting, config, governor, luigi_run, probe, scheduler, targets
+from . import alerting, config, governor, luigi_run, probe, scheduler, takeover, targets
 from . import scheduler_url as central
+from .base import PortalTask
 from .day import DayExport
 from .login import check_login
 from .region import RegionExport, make_solver
@@ -176,10 +177,16 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
     return problems
 
 
+def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
+    """These days' DayExport and RegionExport tasks, by Luigi task id."""
+    found: list[PortalTask] = [DayExport(d) for d in days]
+    found += [RegionExport(d, r) for d in days for r in config.regions()]
+    return {task.task_id: task for task in found}
+
+
 def task_ids(days: Sequence[datetime.date]) -> set[str]:
     """Luigi task ids of these days' DayExport and RegionExport tasks."""
-    ids = {DayExport(d).task_id for d in days}
-    return ids | {RegionExport(d, r).task_id for d in days for r in config.regions()}
+    return set(portal_tasks(days))
 
 
 def reenable(url: str, days: Sequence[datetime.date]) -> None:
@@ -286,15 +293,31 @@ def run_luigi(
         if redone_at:
             settle_done_cooldown(redone_at)
     locks = lock_dir()
+    codes = luigi.retcodes.retcode()
+    others = False
+
+    def settle() -> None:
+        nonlocal others
+        others = wait_for_other_runs(str(url), days) or others
+
     with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
+        if url and code != codes.already_running:  # tasks whose host died run again here, in this command
+            code = takeover.Takeover(url, portal_tasks(days), say).run(
+                code,
+                rerun=lambda: luigi_run.run(
+                    tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers, lock=False
+                ),
+                settle=settle,
+                done=lambda: all(DayExport(d).complete() for d in days),
+            )
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its
     # status then says nothing went wrong, or "not granted run permission" for tasks done by
     # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
     # is the days: wait for the other run's tasks, then judge by the days' outputs.
-    codes = luigi.retcodes.retcode()
     if code and code in (codes.already_running, codes.not_run):
-        others = bool(url) and wait_for_other_runs(str(url), days)
+        if url:
+            settle()
         if all(DayExport(d).complete() for d in days):
             return 0  # done, by whichever run did it
         if others:
