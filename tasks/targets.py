@@ -2,7 +2,14 @@
 
 import datetime
 
+from portal_export.store import LocalStore, Store
+
 from . import config
+
+
+def store() -> Store:
+    """The data dir's objects (state shared by every host: alert claims, ...)."""
+    return LocalStore(config.data_dir())
 
 
 def region_path(date: datetime.date, region: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from sandbox import SANDBOX_KEY, expected_records
 
+from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
 from .conftest import FAST_CLIENT, Luigid
 
 REGIONS = ("north", "south", "east", "west")
@@ -170,3 +171,45 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     twice = {region for region, n in per_region.items() if n == 2}
     assert twice <= in_flight & taken, (twice, in_flight, taken)  # the only waste: host-a's in-flight solves
     assert sb.stats()["threads"]["peak"] <= 4
+
+
+def test_three_hosts_on_a_revoked_key_send_one_alert_naming_the_hosts(
+    sandbox,
+    central,
+    hosts,
+    tmp_path,
+    smtp_server,
+    webhook,  # noqa: F811 (fixtures)
+):
+    """Three hosts run one backfill with a revoked key: one e-mail and one webhook POST in all, from
+    the host that claimed the alert first; it says which host saw which failure, and the other two
+    say who sent it. Every region failed for real, so none was taken over."""
+    sb = sandbox()
+    hook = webhook()
+    env = {**shared_env(sb, central, tmp_path / "shared-data"), "CAPTCHAAI_API_KEY": "f" * 32}
+    env["ALERT_WEBHOOK_URL"] = hook.url
+    cfg = layered({**FAST_CLIENT, **smtp_server.cfg(), "core": {"workers": 2}})
+    fleet = [hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")]
+    for host in fleet:
+        host.start("backfill", START, "2026-05-04")
+    runs = [host.wait(timeout=120) for host in fleet]
+
+    assert all(r.code not in (0, 2) for r in runs), runs  # a failed run, not a refused one
+    assert len(smtp_server.raw) == 1, smtp_server.texts()
+    assert len(hook.raw) == 1, hook.texts()
+    (subject, body), (text,) = smtp_server.texts()[0], hook.texts()
+    assert text == f"{subject}\n\n{body.rstrip()}"
+    assert subject == f"backfill {START}..2026-05-03: 3 of 3 days missing"
+    senders = [r for r in runs if "alert sent by webhook" in r.err]
+    assert len(senders) == 1, runs
+    (sender,) = senders
+    assert f"host {sender.name}, data dir" in body
+    for run in runs:
+        if run is not sender:
+            assert f"alert: sent by host {sender.name} at " in run.err, run
+        assert "takeover:" not in run.err, run  # a real failure is never taken over
+    where = body.split("Where they failed:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    named = {line.split(":")[0].removeprefix("- ") for line in where}
+    assert named and named <= {"host-a", "host-b", "host-c"}, where
+    assert sum(int(line.split(": ", 1)[1].split(" × ")[0]) for line in where) == 12, where  # every region once
+    assert all(line.endswith(" × ERROR_KEY_DOES_NOT_EXIST") for line in where), where
