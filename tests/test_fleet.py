@@ -173,14 +173,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     assert sb.stats()["threads"]["peak"] <= 4
 
 
-def test_three_hosts_on_a_revoked_key_send_one_alert_naming_the_hosts(
-    sandbox,
-    central,
-    hosts,
-    tmp_path,
-    smtp_server,
-    webhook,  # noqa: F811 (fixtures)
-):
+def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, central, hosts, tmp_path, smtp_server, webhook):  # noqa: F811
     """Three hosts run one backfill with a revoked key: one e-mail and one webhook POST in all, from
     the host that claimed the alert first; it says which host saw which failure, and the other two
     say who sent it. Every region failed for real, so none was taken over."""
