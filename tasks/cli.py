@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -199,24 +200,29 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> bool:
+def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool = True) -> bool:
     """Wait while another run, sharing luigid, has work on these days that are not complete yet.
 
     A worker exits once none of its tasks is pending, also while some are still running in another
     run's worker: this run waits for that run's tasks (running, or pending with that run as a
     stakeholder) to end, so that its final check sees what the other run delivered. True when
-    another run had such work.
+    another run had such work. `pending=False`: running tasks only (they end soon, and write
+    their failure records first), for a run that failed: a worker that exited stays a
+    stakeholder of its pending tasks until luigid prunes it.
     """
     wanted = task_ids(days)
-    me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
+    # This process's Luigi workers, done by now: "Worker(salt=..., host=NAME, username=..., pid=N)".
+    # The host too: on other hosts (in containers, say) a CLI may have the same pid.
+    me = (f"host={socket.gethostname()}, ", f"pid={os.getpid()})")
     sched = scheduler.remote(url)
+    statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
     while not all(DayExport(d).complete() for d in days):
         busy = [
             task_id
-            for status in ("RUNNING", "PENDING")
+            for status in statuses
             for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))
+            if task_id in wanted and (status == "RUNNING" or any(not all(m in w for m in me) for w in task["workers"]))
         ]
         if not busy:
             return told
@@ -296,9 +302,9 @@ def run_luigi(
     codes = luigi.retcodes.retcode()
     others = False
 
-    def settle() -> None:
+    def settle(failed: bool) -> None:
         nonlocal others
-        others = wait_for_other_runs(str(url), days) or others
+        others = wait_for_other_runs(str(url), days, pending=not failed) or others
 
     with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
@@ -317,7 +323,7 @@ def run_luigi(
     # is the days: wait for the other run's tasks, then judge by the days' outputs.
     if code and code in (codes.already_running, codes.not_run):
         if url:
-            settle()
+            settle(False)
         if all(DayExport(d).complete() for d in days):
             return 0  # done, by whichever run did it
         if others:

@@ -91,15 +91,17 @@ class Takeover:
                 self.say(f"takeover: re-enabled {self.tasks[task_id]}, whose host died while running it")
             self.taken[task_id] = self.taken.get(task_id, 0) + 1
 
-    def run(self, code: int, rerun: Callable[[], int], settle: Callable[[], object], done: Callable[[], bool]) -> int:
+    def run(
+        self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
+    ) -> int:
         """After this host's Luigi run ended with `code`: take over what died, rerun, until nothing is left.
 
-        `settle()` waits for other runs' tasks of these days to end (luigid fails a dead host's
-        then); `done()` says whether every day is complete. The code of the last run, or the
-        earlier one where that one saw a real failure.
+        `settle(failed)` waits for other runs' tasks of these days to end (luigid fails a dead
+        host's then; `failed`: this run saw a real failure); `done()` says whether every day is
+        complete. The code of the last run, or the earlier one where that one saw a real failure.
         """
         while not done():
-            settle()
+            settle(code not in quiet_codes())
             orphans = self.orphans()
             if not orphans:
                 break
