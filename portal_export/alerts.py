@@ -45,6 +45,7 @@ class RunFacts:
     p95_warn_s: float = 60.0
     stopped: str | None = None  # why the run ended before Luigi finished, if it did
     where: str = ""  # host and data dir, for the footer
+    seen_by: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # host -> failure code -> tasks
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,11 @@ def summarize(facts: RunFacts) -> Summary:
         lines = ["Missing days, by cause:"]
         for why, days in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
             lines += [f"- {why} ({plural(len(days), 'day')}):", day_list(days)]
+        sections.append("\n".join(lines))
+    if facts.seen_by:
+        lines = ["Where they failed:"]
+        for host, by_code in sorted(facts.seen_by.items()):
+            lines.append(f"- {host}: " + ", ".join(f"{n} × {code}" for code, n in sorted(by_code.items())))
         sections.append("\n".join(lines))
     if invalid:
         lines = [f"Failed validation (unsolvable ratio above {facts.max_unsolvable_ratio:g}):"]

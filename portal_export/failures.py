@@ -2,12 +2,14 @@
 
 Tasks may run in forked processes, under luigid and on other hosts, where the run's own process
 never sees their exceptions: the failing task writes this small object, and whatever summarizes
-the run reads it. The record holds the code and a short detail the caller has already scrubbed;
-it is removed when the task later succeeds.
+the run reads it. The record holds the code, a short detail the caller has already scrubbed, when
+and on which host it was written (an alert says which host saw what); it is removed when the task
+later succeeds.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -18,7 +20,7 @@ UNREADABLE: dict[str, Any] = {"code": "UNREADABLE_FAILURE_RECORD", "detail": "",
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
     """Whole: a reader sees the whole record or none."""
-    write_json(store, key, {"code": code, "detail": detail, "at": time.time()})
+    write_json(store, key, {"code": code, "detail": detail, "at": time.time(), "host": socket.gethostname()})
 
 
 def read_failure(store: Store, key: str) -> dict[str, Any] | None:

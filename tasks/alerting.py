@@ -30,8 +30,8 @@ import luigi
 import luigi.configuration
 import luigi.notifications
 
+from portal_export import alert_once, forksafe, store
 from portal_export import alerts as core
-from portal_export import forksafe, store
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
 
@@ -141,6 +141,22 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> cor
     return core.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
+def failures_by_host(missing: Sequence[core.MissingDay]) -> dict[str, dict[str, int]]:
+    """Host -> failure code -> tasks, from the failure records of the missing days (each names its host)."""
+    seen: dict[str, dict[str, int]] = {}
+    for m in missing:
+        keys = [targets.region_failure_key(m.day, region) for region in m.failed_regions]
+        if m.day_code:
+            keys.append(targets.day_failure_key(m.day))
+        for key in keys:
+            record = read_failure(targets.store(), key)
+            if record is not None and record.get("host"):
+                by_code = seen.setdefault(str(record["host"]), {})
+                code = str(record.get("code") or "UNKNOWN")
+                by_code[code] = by_code.get(code, 0) + 1
+    return seen
+
+
 def open_breakers() -> list[str]:
     """The codes of every breaker: the key's, and any other kind sharing the pattern."""
     return KeyBreaker.codes(targets.store())
@@ -234,7 +250,14 @@ class RunAlert:
             p95_warn_s=limit,
             stopped=stopped,
             where=f"host {socket.gethostname()}, data dir {targets.where()}",
+            seen_by=self.seen_by(missing),
         )
+
+    @staticmethod
+    def seen_by(missing: Sequence[core.MissingDay]) -> dict[str, dict[str, int]]:
+        """Which host saw which failure, when another host than this one saw any (the footer names this one)."""
+        seen = failures_by_host(missing)
+        return seen if set(seen) - {socket.gethostname()} else {}
 
     def finish(self, code: int, stopped: str | None = None) -> int:
         """Print the summary, send the alert when one is due; the run's exit code (non-zero when a day is missing)."""
@@ -246,8 +269,22 @@ class RunAlert:
         summary = core.summarize(facts)
         say(summary.text)
         if summary.to_send:
-            deliver(summary)
+            self.send_once(facts, summary)
         return facts.exit_code
+
+    def send_once(self, facts: core.RunFacts, summary: core.Summary) -> None:
+        """Deliver the alert unless another host of the same run did (portal_export/alert_once.py)."""
+        fingerprint = alert_once.fingerprint(facts, summary.kind)
+        try:
+            claim = alert_once.claim(targets.store(), fingerprint, self.started, socket.gethostname(), time.time())
+        except (OSError, ValueError) as err:
+            say(f"warning: could not check whether another host sent this alert ({type(err).__name__}): sending it")
+        else:
+            if not claim.ours:
+                at = datetime.datetime.fromtimestamp(claim.at, datetime.timezone.utc).strftime("%H:%M:%S UTC")
+                say(f"alert: sent by host {claim.host} at {at} for this same run (alert {fingerprint}): not sent again")
+                return
+        deliver(summary)
 
 
 # ------------------------------------------------------------------------------------------------ channels

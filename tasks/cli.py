@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -30,8 +31,9 @@ from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 
-from . import alerting, config, governor, luigi_run, probe, scheduler, targets
+from . import alerting, config, governor, luigi_run, probe, scheduler, takeover, targets
 from . import scheduler_url as central
+from .base import PortalTask
 from .day import DayExport
 from .login import check_login
 from .region import RegionExport, make_solver
@@ -177,10 +179,16 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
     return problems
 
 
+def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
+    """These days' DayExport and RegionExport tasks, by Luigi task id."""
+    found: list[PortalTask] = [DayExport(d) for d in days]
+    found += [RegionExport(d, r) for d in days for r in config.regions()]
+    return {task.task_id: task for task in found}
+
+
 def task_ids(days: Sequence[datetime.date]) -> set[str]:
     """Luigi task ids of these days' DayExport and RegionExport tasks."""
-    ids = {DayExport(d).task_id for d in days}
-    return ids | {RegionExport(d, r).task_id for d in days for r in config.regions()}
+    return set(portal_tasks(days))
 
 
 def reenable(url: str, days: Sequence[datetime.date]) -> None:
@@ -193,24 +201,29 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(url: str, days: Sequence[datetime.date]) -> bool:
+def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool = True) -> bool:
     """Wait while another run, sharing luigid, has work on these days that are not complete yet.
 
     A worker exits once none of its tasks is pending, also while some are still running in another
     run's worker: this run waits for that run's tasks (running, or pending with that run as a
     stakeholder) to end, so that its final check sees what the other run delivered. True when
-    another run had such work.
+    another run had such work. `pending=False`: running tasks only (they end soon, and write
+    their failure records first), for a run that failed: a worker that exited stays a
+    stakeholder of its pending tasks until luigid prunes it.
     """
     wanted = task_ids(days)
-    me = f"pid={os.getpid()})"  # this process's Luigi worker, done by now: "Worker(salt=..., pid=N)"
+    # This process's Luigi workers, done by now: "Worker(salt=..., host=NAME, username=..., pid=N)".
+    # The host too: on other hosts (in containers, say) a CLI may have the same pid.
+    me = (f"host={socket.gethostname()}, ", f"pid={os.getpid()})")
     sched = scheduler.remote(url)
+    statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
     while not all_complete(days):
         busy = [
             task_id
-            for status in ("RUNNING", "PENDING")
+            for status in statuses
             for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(me not in w for w in task["workers"]))
+            if task_id in wanted and (status == "RUNNING" or any(not all(m in w for m in me) for w in task["workers"]))
         ]
         if not busy:
             return told
@@ -291,15 +304,31 @@ def run_luigi(
         if redone_at:
             settle_done_cooldown(redone_at)
     locks = lock_dir()
+    codes = luigi.retcodes.retcode()
+    others = False
+
+    def settle(failed: bool) -> None:
+        nonlocal others
+        others = wait_for_other_runs(str(url), days, pending=not failed) or others
+
     with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
+        if url and code != codes.already_running:  # tasks whose host died run again here, in this command
+            code = takeover.Takeover(url, portal_tasks(days), say).run(
+                code,
+                rerun=lambda: luigi_run.run(
+                    tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers, lock=False
+                ),
+                settle=settle,
+                done=lambda: all_complete(days),
+            )
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its
     # status then says nothing went wrong, or "not granted run permission" for tasks done by
     # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
     # is the days: wait for the other run's tasks, then judge by the days' outputs.
-    codes = luigi.retcodes.retcode()
     if code and code in (codes.already_running, codes.not_run):
-        others = bool(url) and wait_for_other_runs(str(url), days)
+        if url:
+            settle(False)
         if all_complete(days):
             return 0  # done, by whichever run did it
         if others:

@@ -97,11 +97,14 @@ def run(
     lock_dir: str,
     scheduler_url: str | None,
     workers: int | None = None,
+    lock: bool = True,
 ) -> int:
     """Run `tasks` (the local scheduler when `scheduler_url` is None); the [retcode] of the run.
 
     The same-command lock is Luigi's (`lock_pid_dir`, keyed on this process's command line): a
     second process with the same command line and lock dir exits `already_running` at once.
+    `lock=False` for a second run in the same process, which holds the lock already (Luigi's pid
+    file lists it, and would refuse it as "already running").
     """
     codes = luigi.retcodes.retcode()
     where: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
@@ -112,7 +115,7 @@ def run(
             list(tasks),
             worker_scheduler_factory=factory,
             detailed_summary=True,
-            no_lock=False,
+            no_lock=not lock,
             lock_pid_dir=lock_dir,
             **where,
         )

@@ -2,9 +2,10 @@
 
 A host is what a worker machine of the deployment has: its own processes (a PID namespace:
 `unshare --pid --fork --mount-proc`; the tests run as root), its own working directory with its
-own copy of luigi.cfg, layered file, var dir and TMPDIR. It shares with the other hosts only what
+own copy of luigi.cfg, layered file, var dir and TMPDIR, and its own hostname (a UTS namespace:
+luigid's worker list, failure records and alerts name it). It shares with the other hosts only what
 the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR) and the
-sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL). Hosts share the hostname (no UTS namespace).
+sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL).
 
 `kill()` is a machine dying: SIGKILL of the namespace's init, after which the kernel kills every
 process in the namespace at once, task processes included.
@@ -24,7 +25,12 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
+# The namespace's init names its host, then becomes `python -m tasks` (the same pid 1).
+AS_HOST = (
+    "import os, socket, sys; socket.sethostname(sys.argv[1]); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
+)
 
 
 @dataclass
@@ -65,7 +71,7 @@ class Host:
         assert self.proc is None, f"{self.name} runs a command already"
         self.out_path, self.err_path = self.home / "out.log", self.home / "err.log"
         self.proc = subprocess.Popen(
-            [*UNSHARE, sys.executable, "-m", "tasks", *argv],
+            [*UNSHARE, sys.executable, "-c", AS_HOST, self.name, *argv],
             cwd=self.home,
             env=self.env,
             stdout=open(self.out_path, "w"),  # noqa: SIM115 (the host's output for as long as it runs)

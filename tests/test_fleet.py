@@ -3,15 +3,18 @@ folder (tests/hosts.py), sharing only luigid, the data store and the sandbox."""
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
+import pytest
 
 from sandbox import SANDBOX_KEY, expected_records
 
-from .conftest import FAST_CLIENT
+from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
+from .conftest import FAST_CLIENT, Luigid
 
 REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-05-01", "2026-05-07"
@@ -86,3 +89,120 @@ def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, tmp
     run = host.wait(timeout=10)
     assert run.killed and run.code != 0
     assert "running   RegionExport(" in run.err
+
+
+# luigid notices a dead host within seconds here: it declares a worker dead after 4 s without a
+# ping (workers ping every second) and looks at every get_work; the hosts' CLIs wait 1 s of
+# retry_delay before taking its tasks over. Production values and their trade-off: luigi.cfg.
+FAST_DEATH = {"worker_disconnect_delay": 4, "retry_delay": 1, "prune_on_get_work": "true"}
+
+
+@pytest.fixture
+def fleet_luigid(tmp_path, luigi_cfg):
+    """A Luigid that notices a dead host fast (FAST_DEATH layered over luigi.cfg's [scheduler])."""
+    for key, value in FAST_DEATH.items():
+        luigi_cfg("scheduler", key, value)
+    server = Luigid(tmp_path / "fleet-luigid")
+    yield server
+    server.stop()
+
+
+def submits(sb):
+    """CaptchaAI tasks submitted, by (day, region) of the page they were for."""
+    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks())
+    return Counter((q["day"][0], q["region"][0]) for q in pages)
+
+
+def region_of(task):
+    """(day, region) of a RegionExport as luigid lists it."""
+    return task["params"]["date"], task["params"]["region"]
+
+
+def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fleet_luigid, hosts, tmp_path):
+    """Three hosts run one 6-day backfill (2 workers each, cap 4); host-a is SIGKILLed with its whole
+    process tree while it solves. The other two take its regions over in the same command, after
+    luigid's worker_disconnect_delay and retry_delay: both exit 0, every day is exact, and the only
+    regions solved twice are those host-a had a solve in flight for (its in-flight solves are the
+    only waste)."""
+    sb = sandbox(solve_s=100)  # 1 s per solve
+    data = tmp_path / "shared-data"
+    env = shared_env(sb, fleet_luigid, data)
+    cfg = layered({**FAST_CLIENT, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
+    a, b, c = (hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c"))
+    for host in (a, b, c):
+        host.start("backfill", START, STOP)
+
+    def running_on_a():
+        return {
+            region_of(t)
+            for t in fleet_luigid.task_list("RUNNING").values()
+            if t["name"] == "RegionExport" and "host=host-a," in (t["worker_running"] or "")
+        }
+
+    deadline = time.monotonic() + 60
+    while True:  # host-a has a solve in flight for a region luigid lists as running there
+        if running_on_a() & set(submits(sb)):
+            break
+        assert time.monotonic() < deadline and a.proc.poll() is None, a.output()[1][-2000:]
+        time.sleep(0.05)
+    psutil.wait_procs(a.kill(), timeout=2)
+    held = running_on_a()  # luigid still lists them as running: it has not noticed yet
+    in_flight = held & set(submits(sb))  # frozen now: host-a is gone
+    assert in_flight
+
+    runs = [b.wait(timeout=120), c.wait(timeout=120)]
+    assert a.wait(timeout=10).killed
+    assert [r.code for r in runs] == [0, 0], runs
+    for run in runs:
+        assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
+    for day in DAYS:
+        lines = (data / f"portal_records_{day}.jsonl").read_text().splitlines()
+        expected = [r for region in REGIONS for r in expected_records(day, region)]
+        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day  # every record once
+
+    taken = {
+        (m["date"], m["region"])
+        for run in runs
+        for m in re.finditer(r"re-enabled RegionExport\(date=(?P<date>[\d-]+), region=(?P<region>\w+)\)", run.err)
+    }
+    assert taken and taken <= held, (taken, held)  # exactly host-a's running regions, each by one host
+    per_region = submits(sb)
+    assert len(per_region) == 24 and set(per_region.values()) <= {1, 2}, per_region
+    twice = {region for region, n in per_region.items() if n == 2}
+    assert twice <= in_flight & taken, (twice, in_flight, taken)  # the only waste: host-a's in-flight solves
+    assert sb.stats()["threads"]["peak"] <= 4
+
+
+def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, central, hosts, tmp_path, smtp_server, webhook):  # noqa: F811
+    """Three hosts run one backfill with a revoked key: one e-mail and one webhook POST in all, from
+    the host that claimed the alert first; it says which host saw which failure, and the other two
+    say who sent it. Every region failed for real, so none was taken over."""
+    sb = sandbox()
+    hook = webhook()
+    env = {**shared_env(sb, central, tmp_path / "shared-data"), "CAPTCHAAI_API_KEY": "f" * 32}
+    env["ALERT_WEBHOOK_URL"] = hook.url
+    cfg = layered({**FAST_CLIENT, **smtp_server.cfg(), "core": {"workers": 2}})
+    fleet = [hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")]
+    for host in fleet:
+        host.start("backfill", START, "2026-05-04")
+    runs = [host.wait(timeout=120) for host in fleet]
+
+    assert all(r.code not in (0, 2) for r in runs), runs  # a failed run, not a refused one
+    assert len(smtp_server.raw) == 1, smtp_server.texts()
+    assert len(hook.raw) == 1, hook.texts()
+    (subject, body), (text,) = smtp_server.texts()[0], hook.texts()
+    assert text == f"{subject}\n\n{body.rstrip()}"
+    assert subject == f"backfill {START}..2026-05-03: 3 of 3 days missing"
+    senders = [r for r in runs if "alert sent by webhook" in r.err]
+    assert len(senders) == 1, runs
+    (sender,) = senders
+    assert f"host {sender.name}, data dir" in body
+    for run in runs:
+        if run is not sender:
+            assert f"alert: sent by host {sender.name} at " in run.err, run
+        assert "takeover:" not in run.err, run  # a real failure is never taken over
+    where = body.split("Where they failed:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    named = {line.split(":")[0].removeprefix("- ") for line in where}
+    assert named and named <= {"host-a", "host-b", "host-c"}, where
+    assert sum(int(line.split(": ", 1)[1].split(" × ")[0]) for line in where) == 12, where  # every region once
+    assert all(line.endswith(" × ERROR_KEY_DOES_NOT_EXIST") for line in where), where

@@ -1,0 +1,96 @@
+"""One alert per failed run, however many hosts ran it: the first host to claim the alert sends it.
+
+Hosts that run the same command on the same days at the same time (cron at 03:00 on each, a host
+joining a backfill) are one run: they share luigid and the data dir, and each ends by reading the
+same failure records. Each builds the alert's fingerprint from what failed (`fingerprint`) and
+claims it with the store's conditional `create`: the one that creates the claim sends the alert,
+the others print who sent it.
+
+A claim covers every run that was going when it was made: a run that started later (tomorrow's,
+or the operator's rerun after a fix) is a new run, and claims the next key of the fingerprint's
+chain (`_state/alerts/<fingerprint>/<n>.json`), so the same failure again is alerted again, once.
+The claim comes before the sending: a host dying between the two loses that alert (at most once,
+never twice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .alerts import RunFacts
+from .store import Store, read_json
+
+PREFIX = "_state/alerts/"
+# Hosts' clocks (NTP) may disagree this much: a claim made this long before a run started still
+# covers it. Hosts of one run start within seconds of each other; runs of a command hours apart.
+CLOCK_SKEW_S = 5.0
+EARLIER = " (earlier run)"  # how a host marks a failure older than its own start: not part of the fingerprint
+
+
+@dataclass(frozen=True)
+class Claim:
+    ours: bool  # this host sends the alert
+    host: str  # the host that claimed it
+    at: float  # when (that host's clock)
+
+
+def fingerprint(facts: RunFacts, kind: str) -> str:
+    """What identifies the alert across hosts: the command, its days, and what is missing and why.
+
+    Nothing of one host's own (its exit code, start, plan check, data dir path) enters it.
+    """
+    missing = [
+        {
+            "day": str(m.day),
+            "regions": {region: code.removesuffix(EARLIER) for region, code in sorted(m.failed_regions.items())},
+            "day_code": (m.day_code or "").removesuffix(EARLIER),
+            "unsolvable": m.unsolvable_ratio,
+        }
+        for m in sorted(facts.missing, key=lambda m: m.day)
+    ]
+    what = {
+        "kind": kind,
+        "command": facts.command,
+        "days": [str(d) for d in facts.days],
+        "missing": missing,
+        "slow": sorted(str(d) for d in facts.slow_days),
+        "stopped": facts.stopped,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _covers(record: Any, started: float) -> bool:
+    """Whether a claim was made while a run that started at `started` was going."""
+    return isinstance(record, Mapping) and float(record.get("at") or 0) >= started - CLOCK_SKEW_S
+
+
+def _claim_of(record: Mapping[str, Any], ours: bool = False) -> Claim:
+    return Claim(ours, str(record.get("host") or "?"), float(record.get("at") or 0))
+
+
+def claim(store: Store, fingerprint: str, started: float, host: str, now: float) -> Claim:
+    """Claim the alert of a run that started at `started` (this host's clock, as `now`).
+
+    OSError or ValueError when the store cannot say: the caller then sends (twice rather than never).
+    """
+    prefix = f"{PREFIX}{fingerprint}/"
+    keys = store.list(prefix)
+    n = 0
+    if keys:
+        last = read_json(store, keys[-1])
+        if _covers(last, started):
+            return _claim_of(last)
+        n = int(keys[-1].rpartition("/")[2].split(".")[0]) + 1
+    record = {"host": host, "at": now}
+    while True:
+        key = f"{prefix}{n:08d}.json"  # zero-padded: the store lists them in order
+        if store.create(key, json.dumps(record).encode()):
+            return _claim_of(record, ours=True)
+        other = read_json(store, key)
+        if _covers(other, started):
+            return _claim_of(other)
+        n += 1

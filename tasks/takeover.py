@@ -1,0 +1,111 @@
+"""Tasks whose host died mid-run, finished in the same run by the hosts still running it.
+
+luigid declares a worker dead after `[scheduler] worker_disconnect_delay` without a ping and
+fails the tasks it was running; with `retry_count = 1` they become DISABLED at once, as a real
+failure would, and no surviving worker may run them. Two facts tell them apart without comparing
+clocks across hosts:
+
+- luigid clears `worker_running` only when it fails a dead worker's task (scheduler.py,
+  `fail_dead_worker_task`); a failure a worker reports keeps the id of the worker that ran it;
+- a task's real failure writes its failure record (`PortalTask.on_failure`) before its worker
+  tells luigid: a record written since the task last started running means it really failed (its
+  host died between the two).
+
+Every surviving host's CLI, once its Luigi worker has ended, re-enables exactly those tasks of its
+days, waits out `[scheduler] retry_delay` since it first saw them (a host that was only stalled
+may still deliver them meanwhile; then nothing is solved again), and runs Luigi again; luigid
+grants each task to one worker. Bounded: a task is taken over at most `MAX_TAKEOVERS` times by one
+command, so a task that kills its host every time ends like any failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import luigi.retcodes
+import luigi.scheduler
+
+from portal_export.failures import read_failure
+
+from . import scheduler, targets
+from .base import PortalTask
+
+MAX_TAKEOVERS = 2  # per task and command: a host dying twice under the same task is not bad luck
+
+
+def retry_delay() -> float:
+    """luigid's `[scheduler] retry_delay`: `make scheduler` writes luigid's from this same config."""
+    return float(luigi.scheduler.scheduler().retry_delay)
+
+
+def quiet_codes() -> tuple[int, ...]:
+    """The codes that say only "not done here", which a takeover's rerun supersedes (a failure it does not)."""
+    codes = luigi.retcodes.retcode()
+    return (0, int(codes.not_run), int(codes.already_running))
+
+
+def died_with_worker(task: Mapping[str, Any], portal_task: PortalTask) -> bool:
+    """Whether luigid's DISABLED `task` was failed by luigid for its dead worker, not by a real failure."""
+    if task.get("worker_running") or not task.get("time_running"):
+        return False  # a worker reported the failure, or the task never ran (a scheduling failure)
+    record = read_failure(targets.store(), portal_task.failure_key())
+    return record is None or float(record.get("at") or 0) < float(task["time_running"])
+
+
+@dataclass
+class Takeover:
+    """One command's takeovers on luigid at `url` of the tasks in `tasks` (luigi task id -> task)."""
+
+    url: str
+    tasks: Mapping[str, PortalTask]
+    say: Callable[[str], None]
+    delay_s: float = field(default_factory=retry_delay)
+    seen: dict[str, float] = field(default_factory=dict)  # task id -> when this host first saw it orphaned
+    taken: dict[str, int] = field(default_factory=dict)  # task id -> takeovers so far
+
+    def orphans(self) -> list[str]:
+        """The DISABLED tasks of this command that died with their worker and may still be taken over."""
+        found = []
+        for task_id, task in scheduler.remote(self.url).task_list("DISABLED", "").items():
+            wanted = task_id in self.tasks and self.taken.get(task_id, 0) < MAX_TAKEOVERS
+            if wanted and died_with_worker(task, self.tasks[task_id]):
+                found.append(task_id)
+                self.seen.setdefault(task_id, time.monotonic())
+        return sorted(found)
+
+    def revive(self, orphans: list[str]) -> None:
+        """Wait out retry_delay since each was first seen, then re-enable those still orphaned."""
+        wait = max(self.seen[t] for t in orphans) + self.delay_s - time.monotonic()
+        if wait > 0:
+            self.say(
+                f"takeover: {len(orphans)} task(s) of these days died with their host; "
+                f"running them here in {wait:.0f} s ([scheduler] retry_delay)"
+            )
+            time.sleep(wait)
+        remote = scheduler.remote(self.url)
+        for task_id in orphans:
+            if remote.re_enable_task(task_id):  # empty when another host re-enabled it first
+                self.say(f"takeover: re-enabled {self.tasks[task_id]}, whose host died while running it")
+            self.taken[task_id] = self.taken.get(task_id, 0) + 1
+
+    def run(
+        self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
+    ) -> int:
+        """After this host's Luigi run ended with `code`: take over what died, rerun, until nothing is left.
+
+        `settle(failed)` waits for other runs' tasks of these days to end (luigid fails a dead
+        host's then; `failed`: this run saw a real failure); `done()` says whether every day is
+        complete. The code of the last run, or the earlier one where that one saw a real failure.
+        """
+        while not done():
+            settle(code not in quiet_codes())
+            orphans = self.orphans()
+            if not orphans:
+                break
+            self.revive(orphans)
+            again = rerun()
+            code = again if code in quiet_codes() else max(code, again)
+        return code

@@ -1,0 +1,26 @@
+"""Which DISABLED tasks died with their host (tasks/takeover.py): luigid's fields and the failure record."""
+
+import datetime
+
+from portal_export.failures import write_failure
+from tasks.region import RegionExport
+from tasks.takeover import died_with_worker
+
+
+def disabled(worker_running=None, time_running=1000.0):
+    """A DISABLED task as luigid's task_list serializes it."""
+    return {"status": "DISABLED", "worker_running": worker_running, "time_running": time_running}
+
+
+def test_a_task_luigid_failed_for_its_dead_worker_died_with_it(data_dir):
+    task = RegionExport(datetime.date(2026, 5, 1), "north")
+    assert died_with_worker(disabled(), task)
+    write_failure(task.failure_path(), "ERROR_PAGEURL")  # now: after it started running
+    assert not died_with_worker(disabled(time_running=0.5), task)  # it failed for real, then its host died
+    assert died_with_worker(disabled(time_running=9e12), task)  # that record is from an earlier attempt
+
+
+def test_a_failure_a_worker_reported_or_a_task_that_never_ran_is_not_taken_over(data_dir):
+    task = RegionExport(datetime.date(2026, 5, 1), "north")
+    assert not died_with_worker(disabled(worker_running="Worker(salt=1, host=host-b, pid=1)"), task)
+    assert not died_with_worker(disabled(time_running=None), task)
