@@ -75,7 +75,8 @@ def _claim_of(record: Mapping[str, Any], ours: bool = False) -> Claim:
 def claim(store: Store, fingerprint: str, started: float, host: str, now: float) -> Claim:
     """Claim the alert of a run that started at `started` (this host's clock, as `now`).
 
-    OSError or ValueError when the store cannot say: the caller then sends (twice rather than never).
+    OSError, ValueError or StoreError when the store cannot say: the caller then sends (twice rather
+    than never).
     """
     prefix = f"{PREFIX}{fingerprint}/"
     keys = store.list(prefix)

@@ -34,6 +34,7 @@ from portal_export import alert_once, forksafe, store
 from portal_export import alerts as core
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
+from portal_export.store import StoreError
 
 from . import config, targets
 from .day import DayExport
@@ -277,7 +278,7 @@ class RunAlert:
         fingerprint = alert_once.fingerprint(facts, summary.kind)
         try:
             claim = alert_once.claim(targets.store(), fingerprint, self.started, socket.gethostname(), time.time())
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, StoreError) as err:  # the store cannot say: twice rather than never
             say(f"warning: could not check whether another host sent this alert ({type(err).__name__}): sending it")
         else:
             if not claim.ours:
