@@ -3,6 +3,7 @@
 import datetime
 
 from portal_export.failures import write_failure
+from tasks import targets
 from tasks.region import RegionExport
 from tasks.takeover import died_with_worker
 
@@ -15,7 +16,7 @@ def disabled(worker_running=None, time_running=1000.0):
 def test_a_task_luigid_failed_for_its_dead_worker_died_with_it(data_dir):
     task = RegionExport(datetime.date(2026, 5, 1), "north")
     assert died_with_worker(disabled(), task)
-    write_failure(task.failure_path(), "ERROR_PAGEURL")  # now: after it started running
+    write_failure(targets.store(), task.failure_key(), "ERROR_PAGEURL")  # now: after it started running
     assert not died_with_worker(disabled(time_running=0.5), task)  # it failed for real, then its host died
     assert died_with_worker(disabled(time_running=9e12), task)  # that record is from an earlier attempt
 
