@@ -51,26 +51,28 @@ class KeyBreaker:
         write_json(self.store, self.key, {"code": code, "detail": detail})
 
     @staticmethod
-    def codes(store: Store) -> list[str]:
-        """The codes of every open breaker (the key's, the login's)."""
-        codes: list[str] = []
+    def _open(store: Store) -> list[tuple[str, str | None]]:
+        """(key, the code that tripped it; None when unreadable) of every open breaker."""
+        found: list[tuple[str, str | None]] = []
         for key in store.list(PREFIX):
             try:
                 state = read_json(store, key)
             except ValueError:
                 state = None
-            codes.append(str(state.get("code", "BREAKER_OPEN")) if isinstance(state, dict) else "BREAKER_OPEN")
-        return codes
+            code = state.get("code") if isinstance(state, dict) else None
+            found.append((key, None if code is None else str(code)))
+        return found
+
+    @staticmethod
+    def codes(store: Store) -> list[str]:
+        """The codes of every open breaker (the key's, the login's)."""
+        return [code or "BREAKER_OPEN" for _, code in KeyBreaker._open(store)]
 
     @staticmethod
     def clear(store: Store) -> list[str]:
         """Remove every breaker; returns the codes that had tripped them."""
         codes: list[str] = []
-        for key in store.list(PREFIX):
-            try:
-                state = read_json(store, key)
-            except ValueError:
-                state = None
-            codes.append(str(state.get("code", "?")) if isinstance(state, dict) else "?")
+        for key, code in KeyBreaker._open(store):
+            codes.append(code or "?")
             store.delete(key)
         return codes
