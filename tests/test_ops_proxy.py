@@ -11,6 +11,7 @@ import datetime
 import logging
 import os
 import subprocess
+import sys
 from urllib.parse import quote
 
 import pytest
@@ -189,7 +190,7 @@ def test_an_uncaught_error_prints_its_traceback_without_the_password(proxied):
         "t.start(); t.join()\n"
         "raise RuntimeError(url)\n"
     )
-    run = subprocess.run([".venv/bin/python", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "ZeroDivisionError" in run.stderr and "RuntimeError: http://ops-7q:***@127.0.0.1:" in run.stderr
     assert not any(f in run.stderr for f in forms)
 
