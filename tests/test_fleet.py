@@ -40,6 +40,16 @@ def shared_env(sb, central, data_dir):
     }
 
 
+def assert_every_day_exact(runs, data):
+    """Every run says the range is complete, and every day holds each region's records once."""
+    for run in runs:
+        assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
+    for day in DAYS:
+        lines = (data / f"portal_records_{day}.jsonl").read_text().splitlines()
+        expected = [r for region in REGIONS for r in expected_records(day, region)]
+        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day  # every record once
+
+
 def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tmp_path):
     """Two hosts run the same 6-day backfill at once, 2 workers each, on one luigid (cap 4): every
     day is exact, every region is solved once (the sandbox counts the submits), both exit 0, and
@@ -55,12 +65,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tm
     runs = [a.wait(timeout=120), b.wait(timeout=120)]
 
     assert [r.code for r in runs] == [0, 0], runs
-    for run in runs:
-        assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
-    for day in DAYS:
-        lines = (data / f"portal_records_{day}.jsonl").read_text().splitlines()
-        expected = [r for region in REGIONS for r in expected_records(day, region)]
-        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day  # every record once
+    assert_every_day_exact(runs, data)
     submits = Counter((parse_qs(urlsplit(t["pageurl"]).query)["day"][0], t["googlekey"]) for t in sb.tasks())
     assert len(submits) == 24 and set(submits.values()) == {1}, submits  # no region solved twice
     assert sb.stats()["threads"]["peak"] <= 4  # luigid's cap over both hosts
@@ -153,12 +158,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     runs = [b.wait(timeout=120), c.wait(timeout=120)]
     assert a.wait(timeout=10).killed
     assert [r.code for r in runs] == [0, 0], runs
-    for run in runs:
-        assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
-    for day in DAYS:
-        lines = (data / f"portal_records_{day}.jsonl").read_text().splitlines()
-        expected = [r for region in REGIONS for r in expected_records(day, region)]
-        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day  # every record once
+    assert_every_day_exact(runs, data)
 
     taken = {
         (m["date"], m["region"])
