@@ -1,15 +1,15 @@
 """Every change of the cap in force, kept in the data dir's `_state/cap-log/`, and the busy-plan verdict.
 
-One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, `pid`): `make plan` shows
-the last one, and the health files count from them the time a region (and its day) ran below the
-configured cap. `_state/plan-busy.json` exists while the governor has given up waiting for a usable
-thread: regions that start then fail at once with PLAN_BUSY instead of being refused.
+One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, and the `run` that set
+it: `<hostname>-<pid>`, see runs.py): `make plan` shows the last one with its host, and the health
+files count from them the time a region (and its day) ran below the configured cap.
+`_state/plan-busy.json` exists while the governor has given up waiting for a usable thread: regions
+that start then fail at once with PLAN_BUSY instead of being refused.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Iterable
 from typing import Any, TypedDict
@@ -24,7 +24,7 @@ class Change(TypedDict, total=False):
     cap: int
     configured: int
     reason: str
-    pid: int  # of the run that set it
+    run: str  # the run that set it, `<hostname>-<pid>`
 
 
 def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
@@ -43,7 +43,7 @@ def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
 class CapLog:
     """The cap log and the busy verdict in the data dir's store.
 
-    One object per change, `_state/cap-log/<t>-<cap>-<configured>-<pid>.json`: a store has no
+    One object per change, `_state/cap-log/<t>-<cap>-<configured>-<run>-<n>.json`: a store has no
     append, and writers on several hosts must not overwrite each other's lines. The name carries
     what `seconds_below` needs, so counting costs one listing, not a read per change.
     """
@@ -54,18 +54,18 @@ class CapLog:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def note(self, cap: int, configured: int, reason: str) -> None:
-        t, pid = time.time(), os.getpid()
-        entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "pid": pid}
-        write_json(self.store, f"{self.PREFIX}{t:017.6f}-{cap}-{configured}-{pid}-{next(_serial)}.json", entry)
+    def note(self, cap: int, configured: int, reason: str, run: str) -> None:
+        t = time.time()
+        entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "run": run}
+        write_json(self.store, f"{self.PREFIX}{t:017.6f}-{cap}-{configured}-{run}-{next(_serial)}.json", entry)
 
     def _keys(self) -> list[tuple[Change, str]]:
         out: list[tuple[Change, str]] = []
         for key in self.store.list(self.PREFIX):
-            parts = key[len(self.PREFIX) :].removesuffix(".json").split("-")
+            parts = key[len(self.PREFIX) :].removesuffix(".json").split("-", 3)
             try:
                 change: Change = {"t": float(parts[0]), "cap": int(parts[1]), "configured": int(parts[2])}
-                change["pid"] = int(parts[3])
+                change["run"] = parts[3].rpartition("-")[0]
             except (IndexError, ValueError):
                 continue  # not one of ours
             out.append((change, key))

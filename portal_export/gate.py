@@ -1,49 +1,46 @@
 """Waiting costs nothing: the gate before each submit, the cap it admits against, and who waits.
 
 A region that waits (a backoff between attempts, or the wait after a submit refused for busy
-threads) says so with a `Waiting` mark, and the scheduler's side lends its slot to another region:
-Luigi's `captchaai` total is kept at the cap in force plus the regions that wait. Luigi then grants
-more slots than the cap, so solves in flight are held at the cap here instead, by the gate every
-submit goes through: a solve is admitted only while this deployment's solves in flight are below
-the cap in force (`cap.json`, written by whoever follows the plan; the configured cap without one).
+threads) says so with a `Waiting` mark, and the run that sets the cap lends its slot to another
+region: Luigi's `captchaai` total is kept at the cap in force plus the regions that wait, over all
+hosts. Luigi then grants more slots than the cap, so solves in flight are held at the cap here
+instead, by the gate every submit goes through: a solve is admitted only while this deployment's
+solves in flight are within the cap in force (`_state/cap.json`, written by the run that follows
+the plan; the configured cap without one).
 
 A submit refused for busy threads spends no attempt: it waits, marked as waiting, for a reading of
 the plan made after the refusal (or one plan period when nobody follows the plan), then goes
 through the gate again. Waits in a row are bounded by the PLAN_BUSY deadline: 20 plan periods.
 
-Counts are files in the state dir named `<pid>-<n>` (see `inflight.py`); admission is a check and
-a create under one flock, so two processes never both take the last place.
+Counts are marks in the data dir's store (`inflight.py`), so the gate holds the cap across hosts
+with no lock: any store whose LIST shows a write that completed before it (local disks, S3,
+SeaweedFS) will do.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import logging
-import os
+import random
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
-from .inflight import InFlight, alive
-from .store import LocalStore, write_json
+from .inflight import InFlight
+from .runs import Runs, ttl_s
+from .store import Store, read_json, write_json
 
 log = logging.getLogger(__name__)
 
-STEP_S = 0.02  # how often a wait looks again (a listdir): well under a poll, and a slot lent at once
 BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
 class Waiting(InFlight):
-    """The regions that wait now (backoff or busy plan), one file each in `<state dir>/waiting/`."""
+    """The regions that wait now (backoff or busy plan), one mark each in `_state/waiting/`."""
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        super().__init__(state_dir)
-        self.dir = Path(state_dir) / "waiting"
+    kind = "waiting"
 
     def sleep(self, seconds: float) -> None:
         """A backoff: slept as a region that waits, so its slot goes to another region meanwhile."""
@@ -52,26 +49,38 @@ class Waiting(InFlight):
 
 
 class CapInForce:
-    """`<runtime dir>/cap.json`: the cap in force and when the plan was last read, by the run that sets it."""
+    """`_state/cap.json`: the cap in force and when the plan was last read, by the run that sets it.
 
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.store = LocalStore(state_dir)
-        self.path = Path(state_dir) / "cap.json"
+    Honoured only while that run is alive: a dead owner's cap holds nobody back."""
 
-    def write(self, cap: int, read_at: float) -> None:
-        write_json(self.store, self.path.name, {"cap": cap, "read_at": read_at, "pid": os.getpid()})
+    KEY = "_state/cap.json"
 
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+    def __init__(self, store: Store, runs: Runs | None = None) -> None:
+        self.store = store
+        self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
+
+    def write(self, cap: int, read_at: float, run: str) -> None:
+        write_json(self.store, self.KEY, {"cap": cap, "read_at": read_at, "run": run})
+
+    def clear(self, run: str) -> None:
+        """Delete the file if `run` wrote it (a run that took over since keeps its own)."""
+        state = self._state()
+        if state is not None and state[2] == run:
+            self.store.delete(self.KEY)
+
+    def _state(self) -> tuple[int, float, str] | None:
+        try:
+            state = read_json(self.store, self.KEY)
+            return int(state["cap"]), float(state["read_at"]), str(state["run"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def read(self) -> tuple[int, float] | None:
         """(cap, time of the last reading), or None when no live run follows the plan."""
-        try:
-            state = json.loads(self.path.read_text())
-            cap, read_at, pid = int(state["cap"]), float(state["read_at"]), int(state["pid"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            return None
-        return (cap, read_at) if alive(pid) else None  # a killed run's cap holds nobody back
+        state = self._state()
+        if state is None or not self.runs.alive(state[2]):
+            return None  # a killed run's cap holds nobody back
+        return state[0], state[1]
 
 
 class Gate:
@@ -79,7 +88,7 @@ class Gate:
 
     def __init__(
         self,
-        runtime_dir: str | os.PathLike[str],
+        store: Store,
         *,
         configured: int,
         plan_every_s: float,
@@ -88,13 +97,13 @@ class Gate:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """`runtime_dir`: this host's folder for the counts; `caplog`: where the busy verdict is
-        (the data dir's store; by default beside the counts)."""
-        self.inflight = InFlight(runtime_dir)
-        self.waiting = Waiting(runtime_dir)
-        self.cap_file = CapInForce(runtime_dir)
-        self.caplog = caplog if caplog is not None else CapLog(LocalStore(runtime_dir))
-        self.lock_path = Path(runtime_dir) / "inflight.lock"
+        """`store`: the data dir's, where the marks, the cap in force and the busy verdict are."""
+        runs = Runs(store, ttl_s(plan_every_s), cache_s=1.0)
+        self.inflight = InFlight(store, runs)
+        self.waiting = Waiting(store, runs)
+        self.cap_file = CapInForce(store, runs)
+        self.caplog = caplog if caplog is not None else CapLog(store)
+        self.step_s = self.inflight.step_s
         self._busy_checked = -float("inf")
         self.configured = configured
         self.plan_every_s = plan_every_s
@@ -114,7 +123,7 @@ class Gate:
         """Raise PLAN_BUSY once the governor has given up waiting for a usable thread.
 
         Looked up at most every BUSY_EVERY_S: the verdict may sit in an object store, and waits
-        look again every STEP_S; the deadline it ends is 20 plan periods long.
+        look again every step; the deadline it ends is 20 plan periods long.
         """
         now = self.clock()
         if now - self._busy_checked < BUSY_EVERY_S:
@@ -126,14 +135,21 @@ class Gate:
             raise PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
-        """Counted as in flight if there is room under the cap, checked and counted under one lock."""
-        self.inflight.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released on close
-            if self.inflight.count() >= self.cap():
-                return False
-            held.enter_context(self.inflight.solving())
+        """Counted as in flight if there is room under the cap: mark first, then count.
+
+        Why no lock is needed: of any cap + 1 solves that mark at once, the last to create its mark
+        lists after every other mark was created, so it counts cap + 1 and withdraws. A store that
+        shows in a LIST every write completed before it (S3, SeaweedFS, a disk) is all it takes.
+        """
+        cap = self.cap()
+        if cap <= 0:
+            return False
+        key = self.inflight.mark()
+        if self.inflight.count() <= cap:
+            held.callback(self.inflight.unmark, key)
             return True
+        self.inflight.unmark(key)
+        return False
 
     @contextlib.contextmanager
     def solving(self) -> Iterator[None]:
@@ -143,7 +159,8 @@ class Gate:
                 self.check()
                 if self._admitted(held):
                     break
-                self.sleep(STEP_S)
+                # jittered: waiters that withdrew together do not all mark again together
+                self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield
 
     def poke(self) -> None:
@@ -187,7 +204,7 @@ class Gate:
                     look = self.clock() + every_s
                     if self._thread_free(plan):
                         break
-                self.sleep(STEP_S)
+                self.sleep(self.step_s)
         if self.clock() >= deadline:
             raise PermanentError(
                 "PLAN_BUSY",

@@ -1,12 +1,14 @@
-"""This deployment's solves in flight, counted through small files every run and task can see.
+"""This deployment's solves in flight, as marks in the data dir's store that every host can see.
 
-Tasks run in forked processes, and several runs may share one data dir, so the count lives in
-`<state dir>/inflight/`: one empty file per solve, named `<pid>-<n>`, created before its submit and
-removed after its last poll. A file whose process is gone is not counted (and is removed), so a
-killed task does not count forever. The governor subtracts this count from the plan's working
-threads to find what other consumers hold.
+One empty object per solve, `_state/inflight/<run id>-<pid>-<n>`, created before its submit and
+deleted after its last poll (`runs.py` for the run id). A mark counts while its process lives:
+on this host, its pid is checked; on another host, its run's heartbeat (`Runs.alive`). A dead
+mark (a killed task, a dead host) is deleted by whoever lists it. The governor subtracts this
+count from the plan's working threads to find what other consumers hold; the gate admits a solve
+against it.
 
-`poke()` is how a solve refused for busy threads asks the governor for a reading at once.
+`poke()` is how a solve refused for busy threads asks the governor (on whichever host) for a
+reading at once: `_state/plan-poke.json`.
 """
 
 from __future__ import annotations
@@ -14,53 +16,77 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Iterator
-from pathlib import Path
+
+from .runs import Runs, current_run, pid_alive, split_run, this_host
+from .store import LocalStore, Store, read_json, write_json
 
 _serial = itertools.count()
 
+# How often a wait looks again (a LIST): on a local disk well under a poll, so a freed slot is
+# taken at once; on an object store 0.25 s (4 LIST a second per waiting region instead of 50, a
+# quarter of a second at most on a slot that frees, against solves of 15 s and more).
+LOCAL_STEP_S = 0.02
+REMOTE_STEP_S = 0.25
+POKE = "_state/plan-poke.json"
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
+
+def step_s(store: Store) -> float:
+    return LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
 
 class InFlight:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.dir = Path(state_dir) / "inflight"
-        self.poke_path = Path(state_dir) / "plan-poke"
+    """The marks of one kind (`inflight`: solves in flight; `waiting`: regions that wait)."""
+
+    kind = "inflight"
+
+    def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
+        self.store = store
+        self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
+        self.run = run or current_run()
+        self.prefix = f"_state/{self.kind}/"
+        self.step_s = step_s(store)
+        self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
+
+    def mark(self) -> str:
+        key = f"{self.prefix}{self.run}-{os.getpid()}-{next(_serial)}"
+        self.store.write(key, b"")
+        return key
+
+    def unmark(self, key: str) -> None:
+        self.store.delete(key)
 
     @contextlib.contextmanager
     def solving(self) -> Iterator[None]:
-        """Counts one solve for as long as the block runs."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{os.getpid()}-{next(_serial)}"
-        path.touch()
+        """Counts one mark for as long as the block runs."""
+        key = self.mark()
         try:
             yield
         finally:
-            path.unlink(missing_ok=True)
+            self.unmark(key)
+
+    def _live(self, name: str, host: str, verdicts: dict[str, bool]) -> bool:
+        run, _, pid = name.rpartition("-")[0].rpartition("-")
+        where = split_run(run)
+        if where is None or not pid.isdigit():
+            return False
+        if where[0] == host:
+            return pid_alive(int(pid))
+        if run not in verdicts:
+            verdicts[run] = self.runs.alive(run)
+        return verdicts[run]
 
     def names(self) -> set[str]:
-        """The solves in flight now, by file name; those of dead processes are dropped."""
-        try:
-            names = [p.name for p in self.dir.iterdir()]
-        except FileNotFoundError:
-            return set()
-        live = set()
-        for name in names:
-            pid = name.split("-", 1)[0]
-            if not pid.isdigit():
-                continue
-            if alive(int(pid)):
+        """The live marks now, by name; dead ones are deleted."""
+        live, host = set(), this_host()
+        verdicts: dict[str, bool] = {}
+        for key in self.store.list(self.prefix):
+            name = key[len(self.prefix) :]
+            if self._live(name, host, verdicts):
                 live.add(name)
             else:
-                (self.dir / name).unlink(missing_ok=True)
+                self.store.delete(key)
         return live
 
     def count(self) -> int:
@@ -68,11 +94,19 @@ class InFlight:
 
     def poke(self) -> None:
         """Ask for a plan reading now (a submit was refused for busy threads)."""
-        self.poke_path.parent.mkdir(parents=True, exist_ok=True)
-        self.poke_path.write_text(str(os.getpid()))
+        write_json(self.store, POKE, {"t": time.time(), "run": self.run})
+        self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
+        """When the last poke was (0 for none); looked up at most every `step_s`."""
+        value, read_at = self._poke_seen
+        now = time.monotonic()
+        if now - read_at < self.step_s:
+            return value
         try:
-            return self.poke_path.stat().st_mtime_ns / 1e9
-        except FileNotFoundError:
-            return 0.0
+            state = read_json(self.store, POKE)
+            value = float(state["t"]) if isinstance(state, dict) else 0.0
+        except (ValueError, KeyError, TypeError):
+            value = 0.0
+        self._poke_seen = (value, now)
+        return value

@@ -7,18 +7,18 @@ for that is `luigi.build`'s `worker_scheduler_factory` (tasks/luigi_run.py), whi
 scheduler over.
 
 The scheduler's total is that cap plus one slot per region that waits (a backoff, a busy plan:
-`portal_export.gate`), so a waiting region lends its slot; the gate before each submit keeps solves
-in flight at the cap, which `_state/cap.json` publishes to the tasks with the time of each reading.
+`portal_export.gate`), over all hosts; the gate before each submit keeps solves in flight at the
+cap, which `_state/cap.json` publishes to the tasks of every host with the time of each reading.
 
-Several runs may share one luigid: only one governor sets its cap, the holder of an flock in the
-runtime folder (`targets.runtime_dir()`, named for the scheduler's URL); the others wait to take
-over. The last one out puts the configured cap back.
+Every run beats in the data dir's store (`portal_export.runs`). Several runs, on one host or many,
+may share one luigid: only the holder of the lease (`portal_export.lease`, keyed by the scheduler's
+URL) sets its cap; the others take over when it ends or its host dies. The last run out puts the
+configured cap back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
@@ -37,7 +37,10 @@ from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
 from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
-from portal_export.inflight import InFlight, alive
+from portal_export.inflight import REMOTE_STEP_S, InFlight
+from portal_export.lease import Lease
+from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, this_host, ttl_s
+from portal_export.store import LocalStore, Store
 
 from . import config, targets
 from .luigi_run import WorkerSchedulerFactory
@@ -111,10 +114,15 @@ def _scheduler_key(url: str) -> str:
     return hashlib.sha256(bare(url).rstrip("/").encode()).hexdigest()[:12]
 
 
+def lend_every_s(store: Store) -> float:
+    """How often the owner counts the regions that wait: a LIST each, so slower on an object store."""
+    return LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_STEP_S
+
+
 class Steward:
     """Keeps the scheduler's captchaai total at the cap in force plus the regions that wait, when this
-    run may set it; follows the plan with a Governor (follow_plan = true) or keeps the configured cap;
-    restores the configured total at the end."""
+    run owns the cap; follows the plan with a Governor (follow_plan = true) or keeps the configured cap;
+    restores the configured total when the last run ends."""
 
     def __init__(self, url: str | None, seen: tuple[int, int] | None = None, follow: bool = True) -> None:
         cfg = config.captchaai()
@@ -122,39 +130,30 @@ class Steward:
         self.seen = seen
         self.follow = follow
         self.configured = configured_cap()
-        self.state = targets.runtime_dir()  # the lock and registry below are this host's
-        self.caplog = CapLog(targets.store())
-        self.inflight = InFlight(self.state)
-        self.waiting = Waiting(self.state)
-        self.cap_file = CapInForce(self.state)
+        store = targets.store()
+        self.store = store
+        self.run = current_run()
+        self.key = _scheduler_key(url or "local")
+        self.runs = Runs(store, ttl_s(cfg.plan_every_s))
+        self.lease = Lease(store, self.key, self.runs, self.run)
+        self.caplog = CapLog(store)
+        self.inflight = InFlight(store, self.runs, self.run)
+        self.waiting = Waiting(store, self.runs, self.run)
+        self.cap_file = CapInForce(store, self.runs)
         self.local = LocalCap()
         self.workers = WorkerCount()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
         self.every_s = cfg.plan_every_s
+        self.spare = cfg.spare_threads
+        self.heartbeat_s = heartbeat_s(cfg.plan_every_s)
+        self.lend_every_s = lend_every_s(store)
         self.cap: int | None = None
-        self.governor = (
-            Governor(
-                plan_client(),
-                self.inflight,
-                configured=self.configured,
-                spare=cfg.spare_threads,
-                every_s=cfg.plan_every_s,
-                set_cap=self.set_cap,
-                blocked=self.blocked,
-                on_read=self.on_read,
-            )
-            if follow
-            else None
-        )
-        key = _scheduler_key(url or "local")
-        self.lock_path = self.state / f"governor-{key}.lock"
-        self.registry = self.state / "governors"
-        self.me = self.registry / f"{os.getpid()}-{key}"
-        self._lock: Any = None
+        self.governor: Governor | None = None
         self._owner = False
         self._stop = threading.Event()
-        self._waiter: threading.Thread | None = None
+        self._lend_stop = threading.Event()
+        self._keeper: threading.Thread | None = None
         self._lender: threading.Thread | None = None
         self._slots = threading.Lock()
         self._busy = False
@@ -163,16 +162,16 @@ class Steward:
 
     def set_cap(self, cap: int, reason: str) -> None:
         if self.cap is None:
-            log.info("cap %d (%s, configured %d): %s", cap, self.where, self.configured, reason)
+            log.info("cap %d (%s, configured %d, run %s): %s", cap, self.where, self.configured, self.run, reason)
         else:
             log.warning("cap %d → %d: %s", self.cap, cap, reason)
         self.cap = cap
         self._apply()
-        self.caplog.note(cap, self.configured, reason)
+        self.caplog.note(cap, self.configured, reason, self.run)
 
     def on_read(self, cap: int) -> None:
         """Every answered reading: solves refused as busy wait for one made after their refusal."""
-        self.cap_file.write(cap, time.time())
+        self.cap_file.write(cap, time.time(), self.run)
 
     def blocked(self, reason: str | None) -> None:
         """Past the deadline with no usable thread: let the waiting regions start, to fail with PLAN_BUSY."""
@@ -196,91 +195,114 @@ class Steward:
                     log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
 
     def _lend(self) -> None:
-        """Follow the count of regions that wait (a backoff, a busy plan) in the scheduler's total."""
-        while not self._stop.wait(LEND_EVERY_S):
-            lent = self.waiting.count()
-            if lent == self._lent:
-                continue
-            self._lent = lent
-            with forksafe.guard:  # setting luigid's total talks HTTP and may log: no fork in the middle
+        """Follow the count of regions that wait, on every host, in the scheduler's total."""
+        while not self._lend_stop.wait(self.lend_every_s):
+            with forksafe.guard:  # a LIST, and setting luigid's total talk HTTP and may log: no fork in the middle
                 try:
+                    lent = self.waiting.count()
+                    if lent == self._lent:
+                        continue
+                    self._lent = lent
                     self._apply()
-                except Exception:  # luigid did not answer: the next change tries again
+                except Exception:  # luigid or the store did not answer: the next look tries again
                     log.exception("cap: could not lend slots to the regions that wait")
                     self._total = None
 
     def _try_own(self) -> bool:
-        if self.url:  # a local scheduler is this run's alone: nobody to share it with
-            f = open(self.lock_path, "a")  # noqa: SIM115 (held for as long as this run owns the cap)
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                return False
-            self._lock = f
+        """Take the cap if nobody alive owns it (a local scheduler is this run's alone)."""
+        if self.url and not self.lease.acquire():
+            return False
         self._owner = True
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
-        if self.governor is not None:
+        if self.follow:
+            self.governor = Governor(
+                plan_client(),
+                self.inflight,
+                configured=self.configured,
+                spare=self.spare,
+                every_s=self.every_s,
+                set_cap=self.set_cap,
+                blocked=self.blocked,
+                on_read=self.on_read,
+            )
+            self.cap = None  # the new governor's first reading is logged as the start of its ownership
             self.governor.start(self.seen)
         else:
             self.cap = self.configured
             self._apply()
         self.seen = None
+        self._lend_stop.clear()
         self._lender = threading.Thread(target=self._lend, name="slot-lender", daemon=True)
         self._lender.start()
         return True
 
-    def _wait_to_own(self) -> None:
-        while not self._stop.wait(min(1.0, self.every_s / 2)):
-            with forksafe.guard:  # taking over reads the plan and logs: no fork in the middle
-                if self._try_own():
-                    if self.follow:
-                        log.info("cap: this run sets the cap now (%s; the run that did has ended)", self.where)
-                    return
+    def _step_down(self) -> None:
+        """Another run holds the lease now (this one was taken for dead): stop setting the cap."""
+        log.warning("cap: run %s took the cap over (%s); this run stops setting it", self.lease.holder(), self.where)
+        self._owner = False
+        self._lend_stop.set()
+        if self._lender is not None:
+            self._lender.join(timeout=5)
+        if self.governor is not None:
+            self.governor.stop()
+            self.governor = None
+        self._total = None
+
+    def _take_over(self) -> None:
+        before = self.lease.newest()[1]
+        age = None if before is None else self.runs.age(before)
+        if not self._try_own():
+            return
+        if before is None or before == self.run:
+            return
+        how = "ended" if age is None else f"stopped its heartbeat {age:.1f} s ago (TTL {self.runs.ttl:.0f} s)"
+        log.warning("cap: run %s took over the cap (%s): run %s that set it %s", self.run, self.where, before, how)
+
+    def _keep(self) -> None:
+        """Every heartbeat: beat; the owner checks it still holds the lease, the others take over a dead one's."""
+        while not self._stop.wait(self.heartbeat_s):
+            with forksafe.guard:  # store requests and logging: no fork in the middle
+                try:
+                    self.runs.beat(self.run, key=self.key)
+                    if not self._owner:
+                        self._take_over()
+                    elif self.url and not self.lease.held():
+                        self._step_down()
+                except Exception:  # the store or CaptchaAI did not answer: the next heartbeat tries again
+                    log.exception("cap: heartbeat failed; trying again at the next one")
 
     def start(self) -> None:
-        self.state.mkdir(parents=True, exist_ok=True)
-        if self.url:
-            self.registry.mkdir(exist_ok=True)
-            self.me.touch()
+        self.runs.beat(self.run, key=self.key)
         if not self._try_own():
             self.seen = None  # the plan check's reading is stale by the time this run takes over
             if self.follow:
                 log.info("cap: another run sets the cap (%s); this one takes over if it ends first", self.where)
-            self._waiter = threading.Thread(target=self._wait_to_own, name="plan-steward", daemon=True)
-            self._waiter.start()
-
-    def _others_running(self) -> bool:
-        mine = self.me.name.split("-", 1)[1]
-        for path in self.registry.iterdir():
-            pid_text, _, key = path.name.partition("-")
-            if path == self.me or key != mine or not pid_text.isdigit():
-                continue
-            if alive(int(pid_text)):
-                return True
-            path.unlink(missing_ok=True)
-        return False
+        self._keeper = threading.Thread(target=self._keep, name="plan-steward", daemon=True)
+        self._keeper.start()
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in (self._waiter, self._lender):
+        self._lend_stop.set()
+        for thread in (self._keeper, self._lender):
             if thread is not None:
                 thread.join(timeout=5)
-        self.me.unlink(missing_ok=True)
-        if not self._owner:
-            return
+        self.runs.end(self.run)
         if self.governor is not None:
             self.governor.stop()
-        self.caplog.set_busy(None)
-        self.cap_file.clear()
-        if self.url and self._total != self.configured and not self._others_running():
-            # The last run out: luigid keeps the configured cap until a run follows the plan again.
-            if self.follow and self.cap != self.configured:
-                self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
-            self._lent = 0
+        if self._owner:
+            self.caplog.set_busy(None)
+            self.cap_file.clear(self.run)
+        if not self.url or self.runs.live(self.key):
+            return
+        # The last run out: luigid keeps the configured cap until a run follows the plan again. A
+        # run that does not own the cap does it too when the owner died and nobody took over yet.
+        if not self._owner and not self.lease.acquire():
+            return
+        if self.follow and self.cap != self.configured:
+            self.set_cap(self.configured, "no run follows the plan any more: the configured cap")
+        self._lent, self._busy = 0, False
+        if self._total != self.configured:
             self._apply()
-        if self._lock is not None:
-            self._lock.close()
 
 
 def plan_client() -> CaptchaAI:
@@ -303,11 +325,13 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     locally, held back by the cap) waits its turn instead of exiting with regions unrun.
     """
     os.environ[RUN_STARTED] = str(time.time())
+    os.environ[RUN_ENV] = f"{this_host()}-{os.getpid()}"  # the run id its tasks mark their solves with
     try:
         with _stewarded(url, config.captchaai().follow_plan) as factory:
             yield factory
     finally:
         os.environ.pop(RUN_STARTED, None)
+        os.environ.pop(RUN_ENV, None)
 
 
 def run_started() -> float | None:
@@ -344,7 +368,7 @@ def describe(url: str | None, threads: int, working: int) -> str:
     configured = configured_cap()
     if not cfg.follow_plan:
         return f"cap: follow_plan = false: the cap stays {configured}"
-    reading = Reading(threads, working, InFlight(targets.runtime_dir()).count())
+    reading = Reading(threads, working, InFlight(targets.store()).count())
     target = target_cap(configured, cfg.spare_threads, reading)
     line = (
         f"cap: {target} of {configured} configured, following the plan "
@@ -352,7 +376,7 @@ def describe(url: str | None, threads: int, working: int) -> str:
     )
     last = CapLog(targets.store()).last()
     if last is not None:
-        line += f"; last change: cap {last['cap']}: {last['reason']}"
+        line += f"; last change: cap {last['cap']} by {last.get('run', '?')}: {last['reason']}"
     return line
 
 

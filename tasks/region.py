@@ -35,7 +35,7 @@ def make_solver() -> CaptchaAI:
         breaker=breaker,
         # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
         gate=Gate(
-            targets.runtime_dir(),
+            targets.store(),
             configured=governor.configured_cap(),
             plan_every_s=cfg.plan_every_s,
             follows_plan=cfg.follow_plan,
@@ -105,7 +105,7 @@ class RegionExport(PortalTask):
             retry_jitter_s=p.retry_jitter_s,
             http_timeout_s=config.captchaai().http_timeout_s,
             login=portal_login(),
-            sleep=Waiting(targets.runtime_dir()).sleep,  # a backoff lends this task's slot to another region
+            sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
             on_attempt=on_attempt,
             on_poll=on_poll,
         )

@@ -1,18 +1,15 @@
-"""Where everything lives: the one place that builds the data dir's store, every key in it, every
-Luigi target, and the host-local runtime folder.
+"""Where everything lives: the one place that builds the data dir's store, every key in it, and
+every Luigi target.
 
 The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its relative name (its
-key) in both. What a later run or another host needs (targets, day files, failure records,
-breakers, the cap log, the busy verdict, the report) is in the store. What only means something
-on this host while a run goes (the pid-based in-flight records, the plan poke, the governor's lock,
-Luigi's `--lock-pid-dir`) is in `runtime_dir()`: the data dir's `_state/` when it is local (as it
-always was), a folder of this host's `var/run/` when it is an object store.
+key) in both. Everything a later run or another host needs is in the store: targets, day files,
+failure records, breakers, and the deployment-wide state of the cap (runs' heartbeats, marks of
+solves in flight and regions that wait, the cap in force, the cap's lease, the cap log, the busy
+verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 """
 
 import datetime
-import hashlib
 import os
-from pathlib import Path
 
 import luigi
 
@@ -56,15 +53,6 @@ def worker_settings() -> dict[str, object]:
     a request: Luigi's completion cache keeps what a task of this run found complete (or completed),
     so the day's check of its regions and RangeDaily's of its days ask nothing again."""
     return {"cache_task_completion": True} if is_remote(config.data_dir_text()) else {}
-
-
-def runtime_dir() -> Path:
-    """This host's folder for what is meaningful only here and while a run goes."""
-    where = config.data_dir_text()
-    if not is_remote(where):
-        return Path(where) / "_state"
-    fingerprint = hashlib.sha256(where.rstrip("/").encode()).hexdigest()[:12]
-    return Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve() / "run" / fingerprint
 
 
 def where() -> str:

@@ -17,6 +17,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import BusyThreads, PermanentError
 from portal_export.gate import CapInForce, Gate, Waiting
 from portal_export.governor import ZERO_CAP_PERIODS
+from portal_export.runs import Runs, current_run, this_host
 from portal_export.store import LocalStore
 
 API = "https://ocr.test"
@@ -27,6 +28,13 @@ PARAMS = {"googlekey": "g", "pageurl": "https://p.test/"}
 def dead_pid():
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     return int(done.stdout)
+
+
+def set_cap(where, cap, read_at):
+    """The cap in force, as a live run (this process, beating) writes it."""
+    store = LocalStore(where)
+    Runs(store).beat(current_run())
+    CapInForce(store).write(cap, read_at, current_run())
 
 
 class Clock:
@@ -46,19 +54,19 @@ class Clock:
 
 
 def test_the_cap_in_force_is_the_live_runs_file_else_the_configured_cap(tmp_path):
-    gate = Gate(tmp_path, configured=4, plan_every_s=1.0)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
     assert gate.cap() == 4  # nobody follows the plan
-    CapInForce(tmp_path).write(2, time.time())
+    set_cap(tmp_path, 2, time.time())
     assert gate.cap() == 2
-    (tmp_path / "cap.json").write_text(f'{{"cap": 0, "read_at": 1.0, "pid": {dead_pid()}}}')
+    (tmp_path / "_state" / "cap.json").write_text(f'{{"cap": 0, "read_at": 1.0, "run": "{this_host()}-{dead_pid()}"}}')
     assert gate.cap() == 4  # a killed run's cap holds nobody back
-    (tmp_path / "cap.json").write_text("{not json")
+    (tmp_path / "_state" / "cap.json").write_text("{not json")
     assert gate.cap() == 4
 
 
 def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve_ends(tmp_path):
-    CapInForce(tmp_path).write(2, time.time())
-    gate = Gate(tmp_path, configured=4, plan_every_s=1.0)
+    set_cap(tmp_path, 2, time.time())
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
     entered = threading.Event()
 
     def third():
@@ -78,12 +86,13 @@ def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve
 
 
 def test_the_gate_holds_the_cap_across_processes(tmp_path):
-    """Eight processes race for a cap of 3: never more than 3 counted at once (check and count under one lock)."""
-    CapInForce(tmp_path).write(3, time.time())
+    """Eight processes race for a cap of 3: never more than 3 counted at once (mark, then count)."""
+    set_cap(tmp_path, 3, time.time())
     script = (
         "import sys, time\n"
         "from portal_export.gate import Gate\n"
-        "gate = Gate(sys.argv[1], configured=8, plan_every_s=1.0)\n"
+        "from portal_export.store import LocalStore\n"
+        "gate = Gate(LocalStore(sys.argv[1]), configured=8, plan_every_s=1.0)\n"
         "for _ in range(5):\n"
         "    with gate.solving():\n"
         "        n = gate.inflight.count()\n"
@@ -100,9 +109,9 @@ def test_the_gate_holds_the_cap_across_processes(tmp_path):
 
 
 def test_a_busy_verdict_stops_a_solve_waiting_at_the_gate_with_plan_busy(tmp_path):
-    CapInForce(tmp_path).write(0, time.time())
+    set_cap(tmp_path, 0, time.time())
     CapLog(LocalStore(tmp_path)).set_busy("no plan thread usable for 600 s: another consumer holds all 5 plan threads")
-    gate = Gate(tmp_path, configured=4, plan_every_s=1.0)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
     with pytest.raises(PermanentError) as info, gate.solving():
         pass
     assert info.value.code == "PLAN_BUSY"
@@ -113,14 +122,14 @@ def test_a_busy_verdict_stops_a_solve_waiting_at_the_gate_with_plan_busy(tmp_pat
 
 
 def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_after_it(tmp_path):
-    gate = Gate(tmp_path, configured=4, plan_every_s=1.0)
-    CapInForce(tmp_path).write(4, time.time() - 5)  # a reading from before the refusal
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
+    set_cap(tmp_path, 4, time.time() - 5)  # a reading from before the refusal
     seen = []
 
     def reading_later():
         time.sleep(0.2)
-        seen.append(Waiting(tmp_path).count())
-        CapInForce(tmp_path).write(2, time.time())
+        seen.append(Waiting(LocalStore(tmp_path)).count())
+        set_cap(tmp_path, 2, time.time())
 
     reader = threading.Thread(target=reading_later)
     reader.start()
@@ -130,12 +139,12 @@ def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_af
     reader.join()
     assert seen == [1]  # waiting (its slot lent) while it waited
     assert 0.15 < waited < 0.9  # until the new reading, not a whole period
-    assert Waiting(tmp_path).count() == 0
+    assert Waiting(LocalStore(tmp_path)).count() == 0
 
 
 def test_with_nobody_reading_the_plan_a_refusal_waits_one_period(tmp_path):
     clock = Clock()
-    gate = Gate(tmp_path, configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
     gate.after_refusal(clock(), clock(), "all 5 plan threads busy")
     assert clock() == pytest.approx(1003.0, abs=0.05)
 
@@ -143,7 +152,7 @@ def test_with_nobody_reading_the_plan_a_refusal_waits_one_period(tmp_path):
 def test_under_a_fixed_cap_a_refused_region_keeps_its_slot(tmp_path):
     """Nobody lowers the cap: a region started in the lent slot would only be refused as well."""
     seen = []
-    gate = Gate(tmp_path, configured=4, plan_every_s=0.2, follows_plan=False)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=0.2, follows_plan=False)
     gate.sleep = lambda s: (seen.append(gate.waiting.count()), time.sleep(s))
     gate.after_refusal(time.time(), time.time(), "all 5 plan threads busy")
     assert seen and set(seen) == {0}
@@ -151,7 +160,7 @@ def test_under_a_fixed_cap_a_refused_region_keeps_its_slot(tmp_path):
 
 def test_refusals_in_a_row_for_twenty_plan_periods_fail_with_plan_busy(tmp_path):
     clock = Clock()
-    gate = Gate(tmp_path, configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
     since = clock()
     for _ in range(ZERO_CAP_PERIODS - 1):
         gate.after_refusal(clock(), since, "all 5 plan threads busy")
@@ -170,7 +179,7 @@ def rsps():
 
 def test_a_client_with_a_gate_waits_out_a_busy_refusal_and_submits_again(rsps, tmp_path):
     clock = Clock()
-    gate = Gate(tmp_path, configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
     rsps.add(responses.POST, f"{API}/in.php", json={"status": 0, "request": "ERROR_ZERO_BALANCE"})
     rsps.add(responses.POST, f"{API}/in.php", json={"status": 1, "request": "42"})
     rsps.add(responses.POST, f"{API}/res.php", json={"threads": "5", "working_threads": 5})
@@ -191,7 +200,7 @@ def test_without_a_gate_a_busy_refusal_is_still_an_error(rsps, tmp_path):
 
 
 def test_a_backoff_sleeps_as_a_region_that_waits(tmp_path):
-    waiting = Waiting(tmp_path)
+    waiting = Waiting(LocalStore(tmp_path))
     seen = []
     sleeper = threading.Thread(target=waiting.sleep, args=(0.3,))
     sleeper.start()
@@ -228,7 +237,7 @@ def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_
     try:
         assert wait_for(4) == 4
         assert worker.worker_processes == 4  # a process per slot: no idle polling of the scheduler
-        waiting = Waiting(steward.state)
+        waiting = Waiting(steward.store)
         with waiting.solving(), waiting.solving():
             assert wait_for(6) == 6  # two regions in backoff lend their slots
             assert worker.worker_processes == 6

@@ -13,6 +13,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import TransientError
 from portal_export.governor import ZERO_CAP_PERIODS, Governor, Reading, decide, target_cap
 from portal_export.inflight import InFlight
+from portal_export.runs import this_host
 from portal_export.store import LocalStore
 
 CAP, SPARE = 4, 1
@@ -184,18 +185,18 @@ def test_a_poke_reads_at_once_and_forbids_a_rise_on_that_reading():
 
 
 def test_solves_in_flight_are_counted_across_processes_and_dead_ones_are_dropped(tmp_path):
-    inflight = InFlight(tmp_path)
+    inflight = InFlight(LocalStore(tmp_path))
     assert inflight.count() == 0
     with inflight.solving(), inflight.solving():
         assert inflight.count() == 2
     assert inflight.count() == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "inflight" / f"{int(dead.stdout)}-0").touch()  # a killed task's file
-    assert inflight.count() == 0 and list((tmp_path / "inflight").iterdir()) == []
+    (tmp_path / "_state" / "inflight" / f"{this_host()}-1-{int(dead.stdout)}-0").touch()  # a killed task's mark
+    assert inflight.count() == 0 and list((tmp_path / "_state" / "inflight").iterdir()) == []
 
 
 def test_a_poke_moves_last_poke(tmp_path):
-    inflight = InFlight(tmp_path)
+    inflight = InFlight(LocalStore(tmp_path))
     assert inflight.last_poke() == 0.0
     inflight.poke()
     assert inflight.last_poke() > 0
@@ -219,8 +220,8 @@ def test_seconds_below_the_configured_cap():
 def test_cap_log_notes_and_the_busy_verdict(tmp_path):
     log = CapLog(LocalStore(tmp_path))
     assert log.last() is None and log.busy() is None
-    log.note(2, 4, "another consumer holds 2 of 5 plan threads")
-    assert log.last()["cap"] == 2 and log.last()["reason"] == "another consumer holds 2 of 5 plan threads"
+    log.note(2, 4, "another consumer holds 2 of 5 plan threads", "host-a-7")
+    assert log.last()["cap"] == 2 and log.last()["run"] == "host-a-7" and log.last()["reason"] == "another consumer holds 2 of 5 plan threads"
     log.set_busy("no plan thread usable for 600 s")
     assert log.busy()["reason"] == "no plan thread usable for 600 s"
     log.set_busy(None)
@@ -240,7 +241,7 @@ def rsps():
 
 
 def test_a_solve_counts_from_before_its_submit_to_its_last_poll(rsps, tmp_path):
-    inflight = InFlight(tmp_path)
+    inflight = InFlight(LocalStore(tmp_path))
     seen = []
 
     def submit(request):
@@ -259,7 +260,7 @@ def test_a_solve_counts_from_before_its_submit_to_its_last_poll(rsps, tmp_path):
 
 
 def test_a_submit_refused_for_busy_threads_asks_for_a_reading_and_stops_counting(rsps, tmp_path):
-    inflight = InFlight(tmp_path)
+    inflight = InFlight(LocalStore(tmp_path))
     rsps.add(responses.POST, f"{API}/in.php", json={"status": 0, "request": "ERROR_ZERO_BALANCE"})
     rsps.add(responses.POST, f"{API}/res.php", json={"threads": "5", "working_threads": 5})
     client = CaptchaAI(KEY, API, inflight=inflight, sleep=lambda s: None)

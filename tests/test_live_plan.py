@@ -173,7 +173,7 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
     assert watch.over_the_cap() == []
     assert refused(live) <= 4, [e[-2000:] for e in errs]  # a couple per change at most
     changes = watch.cap_changes()
-    owners = [c["pid"] for c in changes]
+    owners = [c["run"] for c in changes]
     blocks = [pid for i, pid in enumerate(owners) if i == 0 or owners[i - 1] != pid]
     assert len(blocks) == len(set(blocks)) <= 2, changes  # no fight: one run sets it, then maybe the other
     caps = [c["cap"] for i, c in enumerate(changes) if i == 0 or changes[i - 1]["cap"] != c["cap"]]
