@@ -292,7 +292,8 @@ class Steward:
         if self._owner:
             self.caplog.set_busy(None)
             self.cap_file.clear(self.run)
-        if not self.url or self.runs.live(self.key):
+        others = self.runs.live(self.key)  # and the heartbeats of runs that were killed are deleted
+        if not self.url or others:
             return
         # The last run out: luigid keeps the configured cap until a run follows the plan again. A
         # run that does not own the cap does it too when the owner died and nobody took over yet.
