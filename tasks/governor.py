@@ -134,7 +134,8 @@ class Steward:
         self.store = store
         self.run = current_run()
         self.key = _scheduler_key(url or "local")
-        self.runs = Runs(store, ttl_s(cfg.plan_every_s))
+        # verdicts on other hosts' runs kept a second: the lender's look is a LIST, not also a GET per host
+        self.runs = Runs(store, ttl_s(cfg.plan_every_s), cache_s=1.0)
         self.lease = Lease(store, self.key, self.runs, self.run)
         self.caplog = CapLog(store)
         self.inflight = InFlight(store, self.runs, self.run)
@@ -249,12 +250,12 @@ class Steward:
         self._total = None
 
     def _take_over(self) -> None:
-        before = self.lease.newest()[1]
-        age = None if before is None else self.runs.age(before)
         if not self._try_own():
             return
+        before = self.lease.previous
         if before is None or before == self.run:
             return
+        age = self.runs.age(before)  # a dead host's heartbeat is still there; an ended run deleted its own
         how = "ended" if age is None else f"stopped its heartbeat {age:.1f} s ago (TTL {self.runs.ttl:.0f} s)"
         log.warning("cap: run %s took over the cap (%s): run %s that set it %s", self.run, self.where, before, how)
 
@@ -369,7 +370,8 @@ def describe(url: str | None, threads: int, working: int) -> str:
     configured = configured_cap()
     if not cfg.follow_plan:
         return f"cap: follow_plan = false: the cap stays {configured}"
-    reading = Reading(threads, working, InFlight(targets.store()).count())
+    store = targets.store()
+    reading = Reading(threads, working, InFlight(store, Runs(store, ttl_s(cfg.plan_every_s))).count())
     target = target_cap(configured, cfg.spare_threads, reading)
     line = (
         f"cap: {target} of {configured} configured, following the plan "

@@ -46,7 +46,7 @@ def wait_for(predicate, what, timeout=60):
     return found
 
 
-def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
+def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):  # noqa: F811
     """Three hosts hold one cap, and the owner's death hands it on. (A short name: the hosts' TMPDIR
     is below the test's folder, and Luigi's worker binds a Unix socket there, 108 bytes at most.)"""
     sb = sandbox(solve_s=300)  # 3 s a solve: the backfill outlasts the owner's death by more than the TTL

@@ -221,7 +221,11 @@ def test_cap_log_notes_and_the_busy_verdict(tmp_path):
     log = CapLog(LocalStore(tmp_path))
     assert log.last() is None and log.busy() is None
     log.note(2, 4, "another consumer holds 2 of 5 plan threads", "host-a-7")
-    assert log.last()["cap"] == 2 and log.last()["run"] == "host-a-7" and log.last()["reason"] == "another consumer holds 2 of 5 plan threads"
+    assert (
+        log.last()["cap"] == 2
+        and log.last()["run"] == "host-a-7"
+        and log.last()["reason"] == "another consumer holds 2 of 5 plan threads"
+    )
     log.set_busy("no plan thread usable for 600 s")
     assert log.busy()["reason"] == "no plan thread usable for 600 s"
     log.set_busy(None)

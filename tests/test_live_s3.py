@@ -6,6 +6,7 @@ then a rerun; the store's endpoint down for 10 s mid-run; bad store input refuse
 revoked-key alert; and what RangeDaily's completeness check of 365 days costs in store requests.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,10 +42,9 @@ def objects(seaweedfs, url):
     out = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", ()):
-            try:
+            # a key deleted since the listing: a running run's mark of a solve that ended
+            with contextlib.suppress(client.exceptions.NoSuchKey):
                 out[obj["Key"][len(prefix) :]] = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-            except client.exceptions.NoSuchKey:
-                pass  # deleted since the listing: a running run's mark of a solve that ended
     return out
 
 
