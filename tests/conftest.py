@@ -301,7 +301,7 @@ def seaweedfs(tmp_path_factory):
 @pytest.fixture
 def s3_data_dir(seaweedfs, monkeypatch, tmp_path, request):
     """A fresh bucket, and this process and its subprocesses pointed at s3://BUCKET/portal through
-    boto3's own variables; the host's runtime folder under this test's tmp_path. Returns the URL."""
+    boto3's own variables; PORTAL_VAR_DIR under this test's tmp_path. Returns the URL."""
     import hashlib
 
     bucket = seaweedfs.create_bucket("t-" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:20])

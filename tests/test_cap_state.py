@@ -226,3 +226,37 @@ def test_of_contenders_for_a_dead_owners_lease_one_wins(store):
     for t in threads:
         t.join()
     assert len(won) == 1 and Lease(store, "k", runs, "x-1").holder() == won[0]
+
+
+# ------------------------------------------------------------------------------- the Luigi side
+
+
+def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to_it(luigi_cfg, luigid, caplog):
+    """The owner was taken for dead (its heartbeat stalled past the TTL) and another run took the
+    lease: at its next heartbeat it stops setting luigid's cap, and at its end it leaves the cap to
+    the run that lives (no restore while another run is alive)."""
+    import json
+    import logging
+
+    from tasks.governor import Steward
+
+    luigi_cfg("captchaai", "plan_every_s", 0.2)  # a heartbeat every 0.1 s
+    caplog.set_level(logging.INFO)
+    steward = Steward(luigid, follow=False)
+    steward.start()
+    try:
+        assert steward._owner and steward.lease.gen == 1
+        heir = "other-host-9"
+        beat(steward.store, heir, key=steward.key)
+        claim = json.dumps({"run": heir, "t": time.time()}).encode()
+        assert steward.store.create(f"_state/governor/{steward.key}/00000002.json", claim)
+        deadline = time.monotonic() + 5
+        while steward._owner:
+            assert time.monotonic() < deadline, "the owner did not step down"
+            time.sleep(0.02)
+        assert f"cap: run {heir} took the cap over" in caplog.text
+        assert steward._lender is not None and not steward._lender.is_alive()  # it lends no more slots
+    finally:
+        steward.stop()
+    assert Runs(steward.store).live(steward.key) == [heir]  # its own heartbeat went with it
+    assert "no run follows the plan any more" not in caplog.text  # another run lives: nothing restored
