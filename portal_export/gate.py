@@ -29,7 +29,7 @@ from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
 from .inflight import InFlight
-from .runs import Runs, ttl_s
+from .runs import MIN_TTL_S, Runs, pid_alive, split_run, this_host, ttl_s
 from .store import Store, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -51,16 +51,19 @@ class Waiting(InFlight):
 class CapInForce:
     """`_state/cap.json`: the cap in force and when the plan was last read, by the run that sets it.
 
-    Honoured only while that run is alive: a dead owner's cap holds nobody back."""
+    Honoured only while that run is alive: a dead owner's cap holds nobody back. The owner rewrites
+    it every heartbeat (`t`), so the file is its own heartbeat: one GET before each submit tells the
+    cap and whether it holds (on this host the owner's pid is checked; from another, `t` against
+    the TTL, as `Runs.alive` does)."""
 
     KEY = "_state/cap.json"
 
-    def __init__(self, store: Store, runs: Runs | None = None) -> None:
+    def __init__(self, store: Store, ttl: float = MIN_TTL_S) -> None:
         self.store = store
-        self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
+        self.ttl = ttl
 
     def write(self, cap: int, read_at: float, run: str) -> None:
-        write_json(self.store, self.KEY, {"cap": cap, "read_at": read_at, "run": run})
+        write_json(self.store, self.KEY, {"cap": cap, "read_at": read_at, "run": run, "t": time.time()})
 
     def clear(self, run: str) -> None:
         """Delete the file if `run` wrote it (a run that took over since keeps its own)."""
@@ -68,19 +71,24 @@ class CapInForce:
         if state is not None and state[2] == run:
             self.store.delete(self.KEY)
 
-    def _state(self) -> tuple[int, float, str] | None:
+    def _state(self) -> tuple[int, float, str, float] | None:
         try:
             state = read_json(self.store, self.KEY)
-            return int(state["cap"]), float(state["read_at"]), str(state["run"])
+            return int(state["cap"]), float(state["read_at"]), str(state["run"]), float(state["t"])
         except (ValueError, KeyError, TypeError):
             return None
 
     def read(self) -> tuple[int, float] | None:
         """(cap, time of the last reading), or None when no live run follows the plan."""
         state = self._state()
-        if state is None or not self.runs.alive(state[2]):
-            return None  # a killed run's cap holds nobody back
-        return state[0], state[1]
+        if state is None:
+            return None
+        cap, read_at, run, t = state
+        where = split_run(run)
+        if where is None:
+            return None
+        alive = pid_alive(where[1]) if where[0] == this_host() else time.time() - t < self.ttl
+        return (cap, read_at) if alive else None  # a killed run's cap holds nobody back
 
 
 class Gate:
@@ -101,7 +109,7 @@ class Gate:
         runs = Runs(store, ttl_s(plan_every_s), cache_s=1.0)
         self.inflight = InFlight(store, runs)
         self.waiting = Waiting(store, runs)
-        self.cap_file = CapInForce(store, runs)
+        self.cap_file = CapInForce(store, runs.ttl)
         self.caplog = caplog if caplog is not None else CapLog(store)
         self.step_s = self.inflight.step_s
         self._busy_checked = -float("inf")

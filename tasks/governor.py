@@ -140,7 +140,8 @@ class Steward:
         self.caplog = CapLog(store)
         self.inflight = InFlight(store, self.runs, self.run)
         self.waiting = Waiting(store, self.runs, self.run)
-        self.cap_file = CapInForce(store, self.runs)
+        self.cap_file = CapInForce(store, self.runs.ttl)
+        self._read: tuple[int, float] | None = None  # the cap in force and when it was read, as published
         self.local = LocalCap()
         self.workers = WorkerCount()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
@@ -172,7 +173,8 @@ class Steward:
 
     def on_read(self, cap: int) -> None:
         """Every answered reading: solves refused as busy wait for one made after their refusal."""
-        self.cap_file.write(cap, time.time(), self.run)
+        self._read = (cap, time.time())
+        self.cap_file.write(*self._read, self.run)
 
     def blocked(self, reason: str | None) -> None:
         """Past the deadline with no usable thread: let the waiting regions start, to fail with PLAN_BUSY."""
@@ -241,6 +243,7 @@ class Steward:
         """Another run holds the lease now (this one was taken for dead): stop setting the cap."""
         log.warning("cap: run %s took the cap over (%s); this run stops setting it", self.lease.holder(), self.where)
         self._owner = False
+        self._read = None
         self._lend_stop.set()
         if self._lender is not None:
             self._lender.join(timeout=5)
@@ -269,6 +272,8 @@ class Steward:
                         self._take_over()
                     elif self.url and not self.lease.held():
                         self._step_down()
+                    elif self._read is not None:
+                        self.cap_file.write(*self._read, self.run)  # still in force: the owner lives
                 except Exception:  # the store or CaptchaAI did not answer: the next heartbeat tries again
                     log.exception("cap: heartbeat failed; trying again at the next one")
 

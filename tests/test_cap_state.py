@@ -109,11 +109,25 @@ def test_a_poke_reaches_another_hosts_governor(store):
 
 
 def test_the_cap_in_force_holds_only_while_its_run_lives(store):
-    gate = Gate(store, configured=4, plan_every_s=0.5)
-    beat(store, OTHER)
+    """The owner rewrites the cap in force every heartbeat: from another host, a file older than the
+    TTL is a dead owner's; on this host, the owner's pid tells."""
+    import json
+
+    gate = Gate(store, configured=4, plan_every_s=0.5)  # TTL 10 s
     CapInForce(store).write(2, time.time(), OTHER)
     assert gate.cap() == 2
-    CapInForce(store).write(1, time.time(), "dead-host-5")  # its host died: no heartbeat
+
+    def written(run, age):
+        state = {"cap": 1, "read_at": time.time() - age, "run": run, "t": time.time() - age}
+        store.write("_state/cap.json", json.dumps(state).encode())
+
+    written(OTHER, age=TTL - 2)
+    assert gate.cap() == 1
+    written(OTHER, age=TTL + 1)  # its host died: the owner no longer rewrites it
+    assert gate.cap() == 4
+    written(current_run(), age=TTL * 5)  # this host's owner, alive however old the file
+    assert gate.cap() == 1
+    written(f"{this_host()}-{dead_pid()}", age=0)  # this host's owner, killed a moment ago
     assert gate.cap() == 4
 
 
