@@ -30,6 +30,7 @@ _serial = itertools.count()
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
 POKE = "_state/plan-poke.json"
+REMOTE_POKE_EVERY_S = 1.0
 
 
 def step_s(store: Store) -> float:
@@ -98,12 +99,12 @@ class InFlight:
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
-        """When the last poke was (0 for none); looked up at most every `step_s`, twice that on an
-        object store (the governor asks every 0.1 s: 2 GET a second instead of 10, for a reading
-        at most 0.5 s later after a refused submit, which is rare)."""
+        """When the last poke was (0 for none); looked up at most every `step_s`, every second on an
+        object store (the governor asks every 0.1 s: one GET a second instead of ten, for a reading
+        at most a second later after a refused submit, which is rare)."""
         value, read_at = self._poke_seen
         now = time.monotonic()
-        if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else 2 * self.step_s):
+        if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
         try:
             state = read_json(self.store, POKE)
