@@ -211,6 +211,8 @@ class Governor:
                 poked = self.signals.last_poke()
                 self._proposed = None  # a refusal says the last reading was too generous
             with forksafe.guard:  # a reading talks HTTP and logs: no fork in the middle of it
+                if self._stop.is_set():
+                    return  # stopped while waiting for the guard: by a thread that holds it
                 try:
                     self.read()
                 except Exception:  # the scheduler did not answer: keep following, next period
@@ -223,7 +225,8 @@ class Governor:
         self._thread = threading.Thread(target=self.run, name="plan-governor", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop reading; `wait=False` from a thread that holds `forksafe.guard` (the reader waits for it)."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(timeout=10)

@@ -200,10 +200,12 @@ class Steward:
                 if self._lent:
                     log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
 
-    def _lend(self) -> None:
-        """Follow the count of regions that wait, on every host, in the scheduler's total."""
-        while not self._lend_stop.wait(self.lend_every_s):
+    def _lend(self, stop: threading.Event) -> None:
+        """Follow the count of regions that wait, on every host, in the scheduler's total, until `stop`."""
+        while not stop.wait(self.lend_every_s):
             with forksafe.guard:  # a LIST, and setting luigid's total talk HTTP and may log: no fork in the middle
+                if stop.is_set():
+                    return  # stopped while waiting for the guard: by the heartbeat, stepping down
                 try:
                     lent = self.waiting.count()
                     if lent == self._lent:
@@ -237,23 +239,23 @@ class Steward:
             self.cap = self.configured
             self._apply()
         self.seen = None
-        self._lend_stop.clear()
-        self._lender = threading.Thread(target=self._lend, name="slot-lender", daemon=True)
+        self._lend_stop = threading.Event()  # one per ownership: a lender of an earlier one never restarts
+        self._lender = threading.Thread(target=self._lend, args=(self._lend_stop,), name="slot-lender", daemon=True)
         self._lender.start()
         return True
 
     def _step_down(self) -> None:
         """Another run holds the lease now (this one was taken for dead): stop setting the cap."""
         log.warning("cap: run %s took the cap over (%s); this run stops setting it", self.lease.holder(), self.where)
-        self._owner = False
-        self._read = None
+        # Stopped, not joined: this thread holds forksafe.guard, which both wait for; they check
+        # their stop under it, so neither sets anything once this returns.
         self._lend_stop.set()
-        if self._lender is not None:
-            self._lender.join(timeout=5)
         if self.governor is not None:
-            self.governor.stop()
+            self.governor.stop(wait=False)
             self.governor = None
+        self._read = None
         self._total = None
+        self._owner = False
 
     def _take_over(self) -> None:
         if not self._try_own():

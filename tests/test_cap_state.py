@@ -269,7 +269,9 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
             assert time.monotonic() < deadline, "the owner did not step down"
             time.sleep(0.02)
         assert f"cap: run {heir} took the cap over" in caplog.text
-        assert steward._lender is not None and not steward._lender.is_alive()  # it lends no more slots
+        assert steward._lend_stop.is_set() and steward.governor is None  # it lends no more slots
+        steward._lender.join(timeout=2)
+        assert not steward._lender.is_alive()
     finally:
         steward.stop()
     assert Runs(steward.store).live(steward.key) == [heir]  # its own heartbeat went with it
