@@ -167,7 +167,9 @@ class Steward:
 
     def set_cap(self, cap: int, reason: str) -> None:
         if self.cap is None:
-            log.info("cap %d (%s, configured %d, run %s): %s", cap, self.where, self.configured, self.run, reason)
+            log.info(
+                "cap %d (%s, configured %d): %s; set by run %s", cap, self.where, self.configured, reason, self.run
+            )
         else:
             log.warning("cap %d → %d: %s", self.cap, cap, reason)
         self.cap = cap
