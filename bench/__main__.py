@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tasks.seaweedfs import SeaweedFS
+
 from . import config, metrics, runner, table
 from .config import Case
 
@@ -119,7 +121,7 @@ def say(message):
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def run_cases(cases, out_dir):
+def run_cases(cases, out_dir, weed=None):
     """Run cases at once (each with its own sandbox), in order of the list; returns their records."""
     for case in cases:
         say(
@@ -127,7 +129,7 @@ def run_cases(cases, out_dir):
             f"{', faults' if case.faults else ''}{', luigid' if case.scheduler == 'central' else ''}"
         )
     with ThreadPoolExecutor(len(cases)) as pool:
-        records = list(pool.map(lambda c: runner.run(c, out_dir), cases))
+        records = list(pool.map(lambda c: runner.run(c, out_dir, weed), cases))
     for record in records:
         say(f"{record['name']}: exit {record['exit']}, {record['t_end'] - record['t_start']:.0f} s")
     return records
@@ -213,7 +215,7 @@ FLEET_NOTES = "\n".join(
         "layered file, HOME, TMPDIR, var dir; its own hostname through a UTS namespace when root), a plain "
         "subprocess in a process group of its own (no PID namespace: the bench only starts, samples and waits). "
         "The hosts start at once and share only the run's luigid (holding [resources] captchaai), "
-        "one SeaweedFS bucket (PORTAL_DATA_DIR = s3://bench/portal) and the sandbox.",
+        "a bucket of one SeaweedFS (PORTAL_DATA_DIR = s3://BUCKET/portal) and the sandbox.",
         "Floor: the bench's lower bound at the cap, from the delivering solves (as above). Peak: the sandbox's "
         "count of CaptchaAI threads working, over all hosts.",
         "Memory per host: the peak, over samples every 0.25 s (psutil), of the sum over the host's whole process "
@@ -239,8 +241,14 @@ def fleet_text(columns):
 def fleet_mode(out_dir):
     """The cap-14 fleet on 1, 2 and 3 hosts, one at a time (each with all the CPU)."""
     records = []
-    for case in FLEET:
-        records += run_cases([case], out_dir)
+    weed = SeaweedFS(
+        Path(out_dir) / "fleet-seaweedfs"
+    )  # one store, a bucket per run: 8 s of start and stop a run saved
+    try:
+        for case in FLEET:
+            records += run_cases([case], out_dir, weed)
+    finally:
+        weed.stop()
     columns = fleet_columns(records)
     return columns, fleet_text(columns) + "\n\n" + FLEET_NOTES
 

@@ -1,7 +1,7 @@
 """The worker hosts of a fleet run: each `python -m tasks backfill` in a folder of its own.
 
 A host has of its own what a worker machine of the deployment has: a working directory with its
-copy of luigi.cfg and of the run's layered file, HOME, TMPDIR, a var dir, and (when we are root)
+copy of luigi.cfg and of the run's layered file, HOME, a var dir, TMPDIR, and (when we are root)
 a hostname, through a UTS namespace, so luigid's worker list and failure records name it. It
 shares only luigid, the object store and the sandbox, through the environment.
 
@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,14 +40,15 @@ class Host:
     def __init__(self, name, parent, env, layered_cfg):
         self.name = name
         self.home = Path(parent) / name
-        for sub in ("tmp", "var"):
-            (self.home / sub).mkdir(parents=True)
+        (self.home / "var").mkdir(parents=True)
+        # Not under home: Luigi's worker binds an AF_UNIX socket in TMPDIR, whose path may not pass 107 bytes.
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         shutil.copy(ROOT / "luigi.cfg", self.home / "luigi.cfg")  # what a deployed host has at its root
         (self.home / "site.cfg").write_text(layered_cfg)
         self.env = {
             **env,
             "HOME": str(self.home),
-            "TMPDIR": str(self.home / "tmp"),
+            "TMPDIR": str(self.tmp),
             "PORTAL_VAR_DIR": str(self.home / "var"),
             "LUIGI_CONFIG_PATH": str(self.home / "site.cfg"),
         }
@@ -72,6 +74,7 @@ class Host:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def host_names(n):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -112,15 +113,18 @@ def cap_changes(store):
 
 
 @contextlib.contextmanager
-def data_dir(case, out):
+def data_dir(case, out, weed=None):
     """(data dir, environment, store, request counter) of a run: out/data, or a bucket of a
-    SeaweedFS of its own (started before the command, so its start-up is not the run's)."""
+    SeaweedFS of its own (started before the command, so its start-up is not the run's), or a new
+    bucket of the running `weed` (the tests' session store: 8 s of start and stop saved)."""
     if case.store == "local":
         yield str(out / "data"), {}, LocalStore(out / "data"), None
         return
-    weed = SeaweedFS(out / "seaweedfs")
+    own = weed is None
+    weed = SeaweedFS(out / "seaweedfs") if own else weed
+    bucket = "bench" if own else f"bench-{uuid.uuid4().hex[:12]}"
     try:
-        url = f"s3://{weed.create_bucket('bench')}/portal"
+        url = f"s3://{weed.create_bucket(bucket)}/portal"
         client = ObjectClient(
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
@@ -128,14 +132,15 @@ def data_dir(case, out):
             region_name=REGION,
         )
         env = {**weed.env(url), "PORTAL_VAR_DIR": str(out / "var")}
-        before = weed.requests_by_type("bench")  # the bucket's creation is not the run's
+        before = weed.requests_by_type(bucket)  # the bucket's creation is not the run's
 
         def requests():
-            return {k: n - before.get(k, 0) for k, n in weed.requests_by_type("bench").items() if n > before.get(k, 0)}
+            return {k: n - before.get(k, 0) for k, n in weed.requests_by_type(bucket).items() if n > before.get(k, 0)}
 
         yield url, env, S3Store(url, client=client), requests
     finally:
-        weed.stop()
+        if own:
+            weed.stop()
 
 
 @contextlib.contextmanager
@@ -172,15 +177,16 @@ def _argv(case, api_base, portal_url):
     ]
 
 
-def run(case, out_dir):
-    """Run one Case against its own sandbox; returns the record metrics.summarize() reads."""
+def run(case, out_dir, weed=None):
+    """Run one Case against its own sandbox; returns the record metrics.summarize() reads. An s3
+    case runs in a SeaweedFS of its own, or in a bucket of its own of `weed` if given."""
     out = Path(out_dir) / case.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cfg = out / "bench.cfg"
     cfg.write_text(config.layered_cfg(case.cap, case.workers, case.worker_overrides, case.timings))
     with contextlib.ExitStack() as stack:
-        where, store_env, store, store_requests = stack.enter_context(data_dir(case, out))
+        where, store_env, store, store_requests = stack.enter_context(data_dir(case, out, weed))
         sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
         argv = _argv(case, sb.captchaai_url, sb.portal_url)
         env = {
