@@ -233,10 +233,21 @@ def fleet_table(columns, target):
         "peak solves in flight at the sandbox",
         lambda s, r: f"{s['peak_threads']} of cap {r['cap']}" + _check(s["peak_threads"] <= r["cap"]),
     )
+    row(
+        "cap log: changes written (all hosts), lowest cap",
+        lambda s, r: f"{len(r['cap_changes'])}, {min((c['cap'] for c in r['cap_changes']), default='-')}",
+    )
     row("  startup s, handoff s (mean)", lambda s, r: f"{_f(s['startup_s'])}, {_f(s['handoff_s'], '.3f')}")
     row("peak MB per host tree: RSS (USS)", per_host(lambda h: f"{h['tree_rss_mb']:.0f} ({h['tree_uss_mb']:.0f})"))
     row("  processes in the tree at its RSS peak", per_host(lambda h: str(h["tree_processes"])))
-    row("CLI CPU s per host", per_host(lambda h: f"{h['main_cpu_s']:.1f}"))
+    row(
+        "CPU s per host: its CLI / its whole tree",
+        per_host(lambda h: f"{h['main_cpu_s']:.1f} / {h['total_cpu_s']:.1f}"),
+    )
+    row(
+        "CPU s in all: hosts' trees + luigid",
+        lambda s, r: f"{sum(h['total_cpu_s'] for h in r['hosts']) + r['luigid']['cpu_s']:.1f}",
+    )
     row("luigid CPU s, peak RSS MB", lambda s, r: f"{r['luigid']['cpu_s']:.1f}, {r['luigid']['rss_mb']:.0f}")
     row("machine load (1 min average) at the end", lambda s, r: _f(r.get("load"), ".1f"))
     return _render(["measure", *[title for title, _, _ in columns]], rows)
