@@ -330,6 +330,11 @@ def main(argv=None):
         columns, text = plan_mode(args.out, args.days)
         print(text)
         return 0
+    if args.scale and args.fleet:
+        parser.error("--scale and --fleet: give one")
+    unknown = sorted(set((args.only or "").split(",")) - {c.name for c in SCALE} - {""})
+    if unknown:
+        parser.error(f"--only: no run named {', '.join(unknown)} (the names are --scale's rows)")
     if args.scale and args.only:
         columns, text = scale_mode(args.out, set(args.only.split(",")))
         print(preamble(columns, command, started, time.monotonic() - t0) + "\n\n" + text)
