@@ -125,6 +125,10 @@ bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselin
 bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 min); also into bench/results.md
 	BENCH_COMMAND="make bench-scale" $(PY) -m bench --scale
 
+.PHONY: bench-fleet
+bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker hosts under one luigid and one object store (~2 min); also into bench/results.md
+	BENCH_COMMAND="make bench-fleet" $(PY) -m bench --fleet
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache

@@ -10,11 +10,17 @@ local disk's. Then the same 30-day backfill while another consumer of the key ho
 the cap following the plan beside the fixed cap (follow_plan = false), the two at once.
 
 make bench-scale: cap 14 (a STANDARD plan, 15 threads) and 365 days, locally and under luigid,
-and the 365 days with faults (`--only NAME[,NAME]`: those rows alone, printed, results.md untouched).
+the 365 days with faults, cap 100 on one host beside 4 hosts of 25 workers (120 days), and the cap-14
+fleet with the cap following the plan (`--only NAME[,NAME]`: those rows alone, printed, results.md
+untouched).
+
+make bench-fleet (`--fleet`): the 30-day backfill at cap 14 on 1, 2 and 3 worker hosts under one
+luigid and one object store, one run at a time (~2 min; not in make bench, which is near its 10).
 """
 
 import argparse
 import datetime
+import math
 import os
 import platform
 import shlex
@@ -22,6 +28,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from tasks.seaweedfs import SeaweedFS
 
 from . import config, metrics, runner, table
 from .config import Case
@@ -59,6 +67,35 @@ def plan_cases(n_days=30):
 
 
 PLAN_TITLES = {"plan-follows": "cap follows the plan", "plan-fixed": "fixed cap (follow_plan = false)"}
+FLEET_TARGET = 1.03  # makespan / floor within 3 % of the one host's
+# Until the cap's state lives in the object store (issue 16, item 2) each host's governor counts the
+# others' solves as another consumer's and sets luigid's cap: fleets run follow_plan = false (README).
+FLEET_TIMINGS = {"follow_plan": "false"}
+
+
+def fleet_case(name, n_days, cap, hosts, workers, threads, timings=FLEET_TIMINGS):
+    """`hosts` worker hosts, `workers` each, on one luigid and one object store (bench/fleet.py)."""
+    return Case(
+        name,
+        "luigi",
+        n_days,
+        cap,
+        threads=threads,
+        workers=workers,
+        scheduler="central",
+        store="s3",
+        hosts=hosts,
+        timings=timings,
+    )
+
+
+def hosts_name(n):
+    return f"{n}host{'s' if n > 1 else ''}"
+
+
+# 30 days at cap 14 (a STANDARD plan: 15 threads) on 1, 2 and 3 hosts: 28 workers in all, as the
+# one-host cap-14 rows have (the cap, and as many again for regions that wait), split evenly.
+FLEET = [fleet_case(f"cap14-30d-{hosts_name(n)}", 30, 14, n, math.ceil(28 / n), 15) for n in (1, 2, 3)]
 SCALE = [
     Case("cap4-30d", "luigi", 30, 4),
     Case("cap14-30d", "luigi", 30, 14, threads=15, workers=28),
@@ -77,6 +114,11 @@ SCALE = [
         scheduler="central",
         first_day=YEAR,
     ),
+    # Cap 100 on one host and over 4 hosts of 25 workers (100 workers in all, both), 120 days
+    fleet_case("cap100-120d-1host", 120, 100, 1, 100, 101),
+    fleet_case("cap100-120d-4hosts", 120, 100, 4, 25, 101),
+    # The cap-14 fleet with the cap following the plan (luigi.cfg's default), for when it holds across hosts
+    *[fleet_case(f"{c.name}-follows", c.n_days, c.cap, c.hosts, c.workers, c.threads, timings={}) for c in FLEET],
 ]
 
 
@@ -84,7 +126,7 @@ def say(message):
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def run_cases(cases, out_dir):
+def run_cases(cases, out_dir, weed=None):
     """Run cases at once (each with its own sandbox), in order of the list; returns their records."""
     for case in cases:
         say(
@@ -92,7 +134,7 @@ def run_cases(cases, out_dir):
             f"{', faults' if case.faults else ''}{', luigid' if case.scheduler == 'central' else ''}"
         )
     with ThreadPoolExecutor(len(cases)) as pool:
-        records = list(pool.map(lambda c: runner.run(c, out_dir), cases))
+        records = list(pool.map(lambda c: runner.run(c, out_dir, weed), cases))
     for record in records:
         say(f"{record['name']}: exit {record['exit']}, {record['t_end'] - record['t_start']:.0f} s")
     return records
@@ -165,6 +207,57 @@ def store_mode(local, out_dir):
     return columns, table.store_table(columns, STORE_TARGET) + "\n\n" + notes
 
 
+def fleet_columns(records):
+    return [
+        (hosts_name(len(r["hosts"])), metrics.summarize(r, config.FIRST_POLL_S, config.POLL_EVERY_S), r)
+        for r in records
+    ]
+
+
+FLEET_NOTES = "\n".join(
+    [
+        "Each host is `python -m tasks backfill` with SCHEDULER=central in a folder of its own (its luigi.cfg, "
+        "layered file, HOME, TMPDIR, var dir; its own hostname through a UTS namespace when root), a plain "
+        "subprocess in a process group of its own (no PID namespace: the bench only starts, samples and waits). "
+        "The hosts start at once and share only the run's luigid (holding [resources] captchaai), "
+        "a bucket of one SeaweedFS (PORTAL_DATA_DIR = s3://BUCKET/portal) and the sandbox.",
+        "Floor: the bench's lower bound at the cap, from the delivering solves (as above). Peak: the sandbox's "
+        "count of CaptchaAI threads working, over all hosts.",
+        "Memory per host: the peak, over samples every 0.25 s (psutil), of the sum over the host's whole process "
+        "tree (its CLI and every task process); RSS counts pages a fork shares copy-on-write once per process, "
+        "USS never.",
+    ]
+)
+
+
+def fleet_text(columns):
+    """Fleet runs in groups of one cap and length, each group against its own one-host run."""
+    groups = {}
+    for column in columns:
+        r = column[2]
+        groups.setdefault((r["cap"], r["days"], r["timings"].get("follow_plan", "true")), []).append(column)
+    tables = []
+    for (cap, days, follows), group in groups.items():
+        title = f"{days} days at cap {cap}, follow_plan = {follows}"
+        tables.append(title + "\n\n" + table.fleet_table(group, FLEET_TARGET))
+    return "\n\n".join(tables)
+
+
+def fleet_mode(out_dir):
+    """The cap-14 fleet on 1, 2 and 3 hosts, one at a time (each with all the CPU)."""
+    records = []
+    weed = SeaweedFS(
+        Path(out_dir) / "fleet-seaweedfs"
+    )  # one store, a bucket per run: 8 s of start and stop a run saved
+    try:
+        for case in FLEET:
+            records += run_cases([case], out_dir, weed)
+    finally:
+        weed.stop()
+    columns = fleet_columns(records)
+    return columns, fleet_text(columns) + "\n\n" + FLEET_NOTES
+
+
 def main_mode(out_dir):
     records = run_cases([MAIN], out_dir)  # alone: its timing targets are measured without neighbours
     store_columns, store_text = store_mode(records[0], out_dir)
@@ -196,6 +289,7 @@ def scale_mode(out_dir, only=None):
     for case in [c for c in SCALE if only is None or c.name in only]:  # one at a time: CPU and memory their own
         records += run_cases([case], out_dir)
     columns = summaries(records)
+    fleet = fleet_columns([r for r in records if r["hosts"]])
     notes = "\n".join(
         [
             "ratio: makespan / lower bound at the run's cap. end idle: share of cap x makespan with slots out of "
@@ -205,7 +299,12 @@ def scale_mode(out_dir, only=None):
             "scheduler also the scheduler); luigid CPU s: the central scheduler's process.",
         ]
     )
-    return columns, table.scale_table(columns) + "\n\n" + notes
+    text = table.scale_table(columns) + "\n\n" + notes
+    if fleet:
+        text += (
+            "\n\nThe runs on hosts (rows named for them), side by side:\n\n" + fleet_text(fleet) + "\n\n" + FLEET_NOTES
+        )
+    return columns, text
 
 
 def main(argv=None):
@@ -216,6 +315,7 @@ def main(argv=None):
     parser.add_argument(
         "--plan-only", action="store_true", help="only the another-consumer pair (not written to results.md)"
     )
+    parser.add_argument("--fleet", action="store_true", help="the cap-14 backfill on 1, 2 and 3 hosts instead")
     parser.add_argument(
         "--only", help="with --scale: only these runs (comma-separated names), not written to results.md"
     )
@@ -230,14 +330,20 @@ def main(argv=None):
         columns, text = plan_mode(args.out, args.days)
         print(text)
         return 0
+    if args.scale and args.fleet:
+        parser.error("--scale and --fleet: give one")
+    unknown = sorted(set((args.only or "").split(",")) - {c.name for c in SCALE} - {""})
+    if unknown:
+        parser.error(f"--only: no run named {', '.join(unknown)} (the names are --scale's rows)")
     if args.scale and args.only:
         columns, text = scale_mode(args.out, set(args.only.split(",")))
         print(preamble(columns, command, started, time.monotonic() - t0) + "\n\n" + text)
         return 0
-    columns, text = (scale_mode if args.scale else main_mode)(args.out)
+    mode = "scale" if args.scale else "fleet" if args.fleet else "main"
+    columns, text = {"scale": scale_mode, "fleet": fleet_mode, "main": main_mode}[mode](args.out)
     report = preamble(columns, command, started, time.monotonic() - t0) + "\n\n" + text
     print(report)
-    table.write_results("scale" if args.scale else "main", "```\n" + report + "\n```")
+    table.write_results(mode, "```\n" + report + "\n```")
     say(f"written to {table.RESULTS}")
     # The pair's peak counts the other consumer's threads too: its bound is the plan's.
     broken = [r["name"] for _, s, r in columns if s["peak_threads"] > (PLAN_THREADS if r.get("other") else r["cap"])]

@@ -98,6 +98,9 @@ class Case:
     # Another consumer on the key: (from s, until s, threads), seconds after the command starts
     other: tuple | None = None
     store: str = "local"  # or "s3": the data dir in a bucket of a SeaweedFS the run starts
+    # 0: one command from the repository; N: N worker hosts at once, each in a folder of its own with
+    # `workers` workers (bench/fleet.py), sharing the run's luigid and object store
+    hosts: int = 0
 
     @property
     def concurrency(self):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -28,14 +29,15 @@ from tasks.s3store import ObjectClient, S3Store
 from tasks.scheduler import ForegroundLuigid
 from tasks.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
-from . import config
+from . import config, fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
 
 
 class TreeSampler(threading.Thread):
-    """Peak RSS/USS of the root and of any descendant, and the root's own CPU time, every `every` s."""
+    """Peak RSS/USS of the root and of any descendant, the peak of their sums over the whole tree
+    (a host's memory), and the root's own CPU time, every `every` s."""
 
     def __init__(self, pid, every=0.25):
         super().__init__(daemon=True)
@@ -43,6 +45,7 @@ class TreeSampler(threading.Thread):
         self.stop = threading.Event()
         self.root_cpu = 0.0
         self.root_rss = self.child_rss = self.child_uss = 0
+        self.tree_rss = self.tree_uss = self.tree_processes = 0
         self.children_seen = set()
 
     def run(self):
@@ -53,10 +56,12 @@ class TreeSampler(threading.Thread):
         try:
             t = self.root.cpu_times()
             self.root_cpu = t.user + t.system
-            self.root_rss = max(self.root_rss, self.root.memory_info().rss)
+            root = self.root.memory_full_info()
+            self.root_rss = max(self.root_rss, root.rss)
             children = self.root.children(recursive=True)
         except psutil.Error:
             return False
+        rss, uss, processes = root.rss, root.uss, 1
         for child in children:
             try:
                 mem = child.memory_full_info()  # uss: what the fork does not share with its parent
@@ -64,6 +69,11 @@ class TreeSampler(threading.Thread):
                 continue
             self.children_seen.add(child.pid)
             self.child_rss, self.child_uss = max(self.child_rss, mem.rss), max(self.child_uss, mem.uss)
+            rss, uss, processes = rss + mem.rss, uss + mem.uss, processes + 1
+        # RSS counts the pages a fork shares with its parent once per process; USS never counts them.
+        if rss > self.tree_rss:
+            self.tree_rss, self.tree_processes = rss, processes
+        self.tree_uss = max(self.tree_uss, uss)
         return True
 
 
@@ -103,15 +113,18 @@ def cap_changes(store):
 
 
 @contextlib.contextmanager
-def data_dir(case, out):
+def data_dir(case, out, weed=None):
     """(data dir, environment, store, request counter) of a run: out/data, or a bucket of a
-    SeaweedFS of its own (started before the command, so its start-up is not the run's)."""
+    SeaweedFS of its own (started before the command, so its start-up is not the run's), or a new
+    bucket of the running `weed` (the tests' session store: 8 s of start and stop saved)."""
     if case.store == "local":
         yield str(out / "data"), {}, LocalStore(out / "data"), None
         return
-    weed = SeaweedFS(out / "seaweedfs")
+    own = weed is None
+    weed = SeaweedFS(out / "seaweedfs") if own else weed
+    bucket = "bench" if own else f"bench-{uuid.uuid4().hex[:12]}"
     try:
-        url = f"s3://{weed.create_bucket('bench')}/portal"
+        url = f"s3://{weed.create_bucket(bucket)}/portal"
         client = ObjectClient(
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
@@ -119,14 +132,15 @@ def data_dir(case, out):
             region_name=REGION,
         )
         env = {**weed.env(url), "PORTAL_VAR_DIR": str(out / "var")}
-        before = weed.requests_by_type("bench")  # the bucket's creation is not the run's
+        before = weed.requests_by_type(bucket)  # the bucket's creation is not the run's
 
         def requests():
-            return {k: n - before.get(k, 0) for k, n in weed.requests_by_type("bench").items() if n > before.get(k, 0)}
+            return {k: n - before.get(k, 0) for k, n in weed.requests_by_type(bucket).items() if n > before.get(k, 0)}
 
         yield url, env, S3Store(url, client=client), requests
     finally:
-        weed.stop()
+        if own:
+            weed.stop()
 
 
 @contextlib.contextmanager
@@ -163,15 +177,16 @@ def _argv(case, api_base, portal_url):
     ]
 
 
-def run(case, out_dir):
-    """Run one Case against its own sandbox; returns the record metrics.summarize() reads."""
+def run(case, out_dir, weed=None):
+    """Run one Case against its own sandbox; returns the record metrics.summarize() reads. An s3
+    case runs in a SeaweedFS of its own, or in a bucket of its own of `weed` if given."""
     out = Path(out_dir) / case.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cfg = out / "bench.cfg"
     cfg.write_text(config.layered_cfg(case.cap, case.workers, case.worker_overrides, case.timings))
     with contextlib.ExitStack() as stack:
-        where, store_env, store, store_requests = stack.enter_context(data_dir(case, out))
+        where, store_env, store, store_requests = stack.enter_context(data_dir(case, out, weed))
         sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
         argv = _argv(case, sb.captchaai_url, sb.portal_url)
         env = {
@@ -201,17 +216,22 @@ def run(case, out_dir):
             if case.other:
                 other = OtherConsumer(sb, t_start + case.other[0], t_start + case.other[1], case.other[2])
                 other.start()
-            proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **streams)
-            sampler = TreeSampler(proc.pid)
-            sampler.start()
-            _, status, usage = os.wait4(proc.pid, 0)  # rusage: the command and every task process
-            t_end, wall_end = sb.now(), time.time()
-            proc.returncode = os.waitstatus_to_exitcode(status)
+            if case.hosts:
+                hosts = fleet.run_hosts(case, argv[2:], env, out, cfg.read_text(), TreeSampler, sb.now)
+                t_end, wall_end = sb.now(), time.time()
+                exit_code = next((h["exit"] for h in hosts if h["exit"]), 0)
+            else:
+                proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **streams)
+                sampler = TreeSampler(proc.pid)
+                sampler.start()
+                _, status, usage = os.wait4(proc.pid, 0)  # rusage: the command and every task process
+                t_end, wall_end = sb.now(), time.time()
+                exit_code = os.waitstatus_to_exitcode(status)
+                sampler.stop.set()
+                sampler.join()
             if other is not None:
                 other.stop.set()
                 other.join()
-        sampler.stop.set()
-        sampler.join()
         tasks, stats = sb.tasks(), sb.stats()
         requests_by_type = store_requests() if store_requests else None
         delivered = region_outcomes(store, case.days, config.REGIONS) if case.design == "luigi" else None
@@ -219,24 +239,43 @@ def run(case, out_dir):
     scheduler = {"cpu_s": central.root_cpu, "rss_mb": central.root_rss / MB} if central else None
     if delivered is None:
         text = (out / "result.json").read_text().strip()
-        delivered = json.loads(text) if proc.returncode == 0 and text else {}
+        delivered = json.loads(text) if exit_code == 0 and text else {}
+    if case.hosts:  # the hosts together: CPU summed, memory per process the largest of any host
+        cpu = {"main_s": sum(h["main_cpu_s"] for h in hosts), "total_s": sum(h["total_cpu_s"] for h in hosts)}
+        mem = {
+            "main_rss_mb": max(h["main_rss_mb"] for h in hosts),
+            "task_rss_mb": max(h["task_rss_mb"] for h in hosts),
+            "task_uss_mb": max(h["task_uss_mb"] for h in hosts),
+            "task_processes": sum(h["task_processes"] for h in hosts),
+        }
+    else:
+        hosts = None
+        cpu = {"main_s": sampler.root_cpu, "total_s": usage.ru_utime + usage.ru_stime}
+        mem = {
+            "main_rss_mb": sampler.root_rss / MB,
+            "task_rss_mb": sampler.child_rss / MB,
+            "task_uss_mb": sampler.child_uss / MB,
+            "task_processes": len(sampler.children_seen),
+        }
     record = {
         "name": case.name,
         "design": case.design,
         "cap": case.cap,
+        "workers": case.workers,
+        "timings": case.timings,
         "concurrency": case.concurrency,
         "faults": case.faults,
         "days": case.n_days,
         "expected": case.n_days * len(config.REGIONS),
         "t_start": t_start,
         "t_end": t_end,
-        "exit": proc.returncode,
+        "exit": exit_code,
         "argv": " ".join(argv),
         "tasks": tasks,
         "stats": stats,
         "delivered": delivered,
         "load": os.getloadavg()[0],  # the machine is shared: a busy minute shows here
-        "cpu": {"main_s": sampler.root_cpu, "total_s": usage.ru_utime + usage.ru_stime},
+        "cpu": cpu,
         "luigid": scheduler,
         "other": case.other and {"from_s": case.other[0], "until_s": case.other[1], "threads": case.other[2]},
         "other_taken_at": other.taken_at if other is not None else [],
@@ -244,12 +283,8 @@ def run(case, out_dir):
         "store": case.store,
         "store_requests": requests_by_type,  # {type: count} the store answered during the run (s3 only)
         "wall": [wall_start, wall_end],
-        "mem": {
-            "main_rss_mb": sampler.root_rss / MB,
-            "task_rss_mb": sampler.child_rss / MB,
-            "task_uss_mb": sampler.child_uss / MB,
-            "task_processes": len(sampler.children_seen),
-        },
+        "mem": mem,
+        "hosts": hosts,  # per worker host of a fleet run (bench/fleet.py); None for one command
     }
     (out / "record.json").write_text(json.dumps(record))
     return record

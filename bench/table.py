@@ -201,3 +201,57 @@ def write_results(mode, text):
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda _: block, old) if pattern.search(old) else old.rstrip() + "\n\n" + block + "\n"
     RESULTS.write_text(new)
+
+
+def fleet_table(columns, target):
+    """Fleet runs side by side, the first column one host: the ratio to the floor against the one
+    host's, the cap over all hosts, and each host's share of the work and of memory."""
+    base = next((s["ratio"] for _, s, r in columns if len(r["hosts"]) == 1), None)
+    rows = []
+
+    def row(label, cell):
+        rows.append([label, *[cell(s, r) for _, s, r in columns]])
+
+    def vs_one_host(s):
+        rel = s["ratio"] / base if s["ratio"] and base else None
+        return _f(rel, ".3f") + _check(rel is not None and rel <= target)
+
+    def per_host(cell):
+        return lambda s, r: ", ".join(cell(h) for h in r["hosts"])
+
+    row("hosts x workers each", lambda s, r: f"{len(r['hosts'])} x {r['workers']}")
+    row("days x regions: delivered / asked", lambda s, r: f"{r['days']}d: {s['regions']}")
+    row("exit code per host", per_host(lambda h: str(h["exit"])))
+    row("regions run per host", per_host(lambda h: str(h["regions_run"])))
+    row("solves submitted per delivered region", lambda s, r: _f(s["solves_per_region"], ".3f"))
+    row("makespan s (first host start to last exit)", lambda s, r: _f(s["makespan_s"], ".1f"))
+    row("floor s: max(sum p/cap, max p)", lambda s, r: _f(s["lower_bound_s"], ".1f"))
+    row("makespan / floor", lambda s, r: _f(s["ratio"], ".3f"))
+    row(f"  / the one host's (target <= {target:g})", lambda s, r: vs_one_host(s))
+    row(
+        "  from the first submit: (makespan - startup) / floor",
+        lambda s, r: _f((s["makespan_s"] - s["startup_s"]) / s["lower_bound_s"] if s["lower_bound_s"] else None, ".3f"),
+    )
+    row("slot utilisation (delivering solves)", lambda s, r: _f(s["utilisation"], ".3f"))
+    row(
+        "peak solves in flight at the sandbox",
+        lambda s, r: f"{s['peak_threads']} of cap {r['cap']}" + _check(s["peak_threads"] <= r["cap"]),
+    )
+    row(
+        "cap log: changes written (all hosts), lowest cap",
+        lambda s, r: f"{len(r['cap_changes'])}, {min((c['cap'] for c in r['cap_changes']), default='-')}",
+    )
+    row("  startup s, handoff s (mean)", lambda s, r: f"{_f(s['startup_s'])}, {_f(s['handoff_s'], '.3f')}")
+    row("peak MB per host tree: RSS (USS)", per_host(lambda h: f"{h['tree_rss_mb']:.0f} ({h['tree_uss_mb']:.0f})"))
+    row("  processes in the tree at its RSS peak", per_host(lambda h: str(h["tree_processes"])))
+    row(
+        "CPU s per host: its CLI / its whole tree",
+        per_host(lambda h: f"{h['main_cpu_s']:.1f} / {h['total_cpu_s']:.1f}"),
+    )
+    row(
+        "CPU s in all: hosts' trees + luigid",
+        lambda s, r: f"{sum(h['total_cpu_s'] for h in r['hosts']) + r['luigid']['cpu_s']:.1f}",
+    )
+    row("luigid CPU s, peak RSS MB", lambda s, r: f"{r['luigid']['cpu_s']:.1f}, {r['luigid']['rss_mb']:.0f}")
+    row("machine load (1 min average) at the end", lambda s, r: _f(r.get("load"), ".1f"))
+    return _render(["measure", *[title for title, _, _ in columns]], rows)

@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from bench import metrics, runner
+from bench import fleet, metrics, runner, table
 from bench.config import Case
 
 FP, EVERY = 1.5, 0.5  # the bench's poll schedule
@@ -36,6 +36,43 @@ def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     timeline_levels = [level for _, level in record["stats"]["threads"]["timeline"]]
     assert max(timeline_levels) == 2
     assert summary["over_age_limit"] == 0
+
+
+def test_a_fleet_row_runs_hosts_that_share_one_backfill_and_measures_each(tmp_path, seaweedfs):
+    """The fleet rows' code at its smallest: 2 hosts of 2 workers, 2 days at cap 2, under one luigid
+    and one SeaweedFS bucket. Every figure comes from the run: the sandbox's submits and peak, the
+    regions in each host's own log, each host's process tree as psutil sampled it."""
+    case = Case(
+        "fleet",
+        "luigi",
+        n_days=2,
+        cap=2,
+        workers=2,
+        hosts=2,
+        scheduler="central",
+        store="s3",
+        first_day=datetime.date(2026, 1, 1),
+        sandbox={"solve": "fixed", "solve_s": 5.0},
+        timings={"first_poll_s": 0.3, "poll_every_s": 0.1, "follow_plan": "false"},
+    )
+    record = runner.run(case, tmp_path, weed=seaweedfs)
+    hosts = record["hosts"]
+    logs = {h["name"]: (tmp_path / "fleet" / "hosts" / h["name"] / "log.txt").read_text() for h in hosts}
+    assert [h["exit"] for h in hosts] == [0, 0] and record["exit"] == 0, {k: v[-2000:] for k, v in logs.items()}
+    summary = metrics.summarize(record, 0.3, 0.1)
+    assert summary["delivered"] == 8 and summary["submits"] == 8  # over both hosts, each region solved once
+    assert sum(h["regions_run"] for h in hosts) == 8  # each run by one host, as its own log says
+    assert record["stats"]["threads"]["peak"] <= 2  # luigid's cap over both hosts
+    assert summary["makespan_s"] >= max(h["t_end"] for h in hosts) - record["t_start"] > 0
+    for host in hosts:
+        assert "backfill 2026-01-01..2026-01-02: all 2 days complete" in logs[host["name"]]
+        # the tree's sums hold the CLI and at least one forked task process at their peak
+        assert host["tree_processes"] >= 2 and host["task_processes"] >= 1
+        assert host["tree_rss_mb"] > host["main_rss_mb"] > 0 and 0 < host["tree_uss_mb"] < host["tree_rss_mb"]
+        if fleet.own_hostnames():  # luigid knows each host by its own name
+            assert f"host={host['name']}," in logs[host["name"]]
+    text = table.fleet_table([("2hosts", summary, record)], 1.03)
+    assert "| 2 x 2 " in text and "8/8" in text and f"{summary['ratio']:.3f}" in text
 
 
 @pytest.mark.parametrize(
