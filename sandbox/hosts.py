@@ -140,6 +140,9 @@ class Host:
         try:
             self._end()
         finally:
+            if self.proc is not None and not self.namespaced:  # whatever its leader left in the group
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _end(self) -> None:
