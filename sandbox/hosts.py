@@ -68,7 +68,7 @@ class Host:
         self.home = parent / name
         self.home.mkdir(parents=True)
         # TMPDIR short, linked from the host's folder: Luigi's completion cache (on with an s3://
-        # data dir) is a multiprocessing.Manager, whose AF_UNIX socket under TMPDIR must fit 107 bytes
+        # data dir) has a socket under it, within 107 bytes (tasks/targets.check_tmpdir)
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{name}-"))
         (self.home / "tmp").symlink_to(self.tmp)
         (self.home / "var").mkdir()
