@@ -77,6 +77,10 @@ lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
 demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS)
 	$(PY) -m tasks.demo $(if $(STORE),--store $(STORE))
 
+.PHONY: demo-fleet
+demo-fleet: $(VENV)/.installed ## three worker hosts on one luigid and one S3 bucket (SeaweedFS); one is SIGKILLed mid-backfill (~1 min, var/demo-fleet/)
+	$(PY) -m tasks.demo_fleet
+
 .PHONY: export
 export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD
 	$(RUN) export "$(DAY)"

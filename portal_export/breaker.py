@@ -42,13 +42,17 @@ class KeyBreaker:
             return
         if not isinstance(state, dict):
             state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
-        raise KeyLevelError(
-            state.get("code", "BREAKER_OPEN"),
-            f"{state.get('detail', '')} (breaker open: {self.advice}, then `make clear-breaker`)",
-        )
+        raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
 
-    def trip(self, code: str, detail: str = "") -> None:
+    def opened(self, detail: str) -> str:
+        """What every client says of the refusal once the breaker is open: the host that tripped it
+        and those that find it open say the same, so the hosts of one run send one alert."""
+        return f"{detail} (breaker open: {self.advice}, then `make clear-breaker`)"
+
+    def trip(self, code: str, detail: str = "") -> str:
+        """Open the breaker; returns what to say of the refusal (`opened`)."""
         write_json(self.store, self.key, {"code": code, "detail": detail})
+        return self.opened(detail)
 
     @staticmethod
     def _open(store: Store) -> list[tuple[str, str | None]]:

@@ -147,7 +147,7 @@ class CaptchaAI:
     def _error(self, code: str, detail: str = "", cls: type[ExportError] | None = None) -> ExportError:
         err = cls(code, detail) if cls is not None else classify(code, detail)
         if isinstance(err, KeyLevelError) and self._breaker is not None:
-            self._breaker.trip(code, detail)
+            err = type(err)(code, self._breaker.trip(code, detail))  # said as every host will say it
         return err
 
     def _send_submit(self, fields: dict[str, Any]) -> Reply:

@@ -130,6 +130,7 @@ def check_args(args: argparse.Namespace) -> None:
     config.regions()
     config.api_key()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
+    targets.check_tmpdir()
 
 
 def preflight() -> None:

@@ -221,6 +221,7 @@ class ForegroundLuigid:
                 env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
             )
         if not wait_for(lambda: answers(self.url), 10.0):
             self.proc.kill()

@@ -32,11 +32,18 @@ STOP_GRACE_S = 3.0  # SIGTERM does not stop weed promptly: SIGTERM, this long, t
 class SeaweedFS:
     """`weed server -s3` with its data under `home`; `stop()` and `start()` again keep the data and ports."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, ports: dict[str, dict[str, int]] | None = None, resume: bool = False) -> None:
         self.home = Path(home).resolve()  # weed runs in `home`: a relative -dir would point elsewhere
+        self.resume = resume
         self.home.mkdir(parents=True, exist_ok=True)
-        self.ports = {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")}
-        self.grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+        if ports is None:
+            ports = {
+                "http": {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")},
+                "grpc": {name: free_port() for name in ("master", "volume", "filer", "s3")},
+            }
+        self.ports, self.grpc = ports["http"], ports["grpc"]
+        # the volume server is known to the master by its port: a store reopened on its data keeps them
+        (self.home / "ports.json").write_text(json.dumps(ports))
         self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
         self.log = self.home / "weed.log"
         self.config = self.home / "s3.json"
@@ -49,6 +56,23 @@ class SeaweedFS:
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
+    @classmethod
+    def reopen(cls, home: Path) -> "SeaweedFS":
+        """Start again the store whose data and ports are in `home` (one a demo left stopped)."""
+        store = cls(home, ports=json.loads((Path(home) / "ports.json").read_text()), resume=True)
+        if not wait_for(store.volumes_known, 30.0):  # until then a read of an object is an InternalError
+            store.stop()
+            raise RuntimeError(f"SeaweedFS at {store.endpoint} found no volume of its data in {home}")
+        return store
+
+    def volumes_known(self) -> bool:
+        """The master knows the volume server's volumes again."""
+        try:
+            status = requests.get(f"http://127.0.0.1:{self.ports['master']}/vol/status", timeout=5).json()
+            return int(status["Volumes"]["Max"]) > 0
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            return False
+
     def command(self) -> list[str]:
         data = self.home / "data"
         data.mkdir(exist_ok=True)
@@ -59,11 +83,16 @@ class SeaweedFS:
         argv += ["-master.volumeSizeLimitMB=64", "-volume.max=0", f"-s3.config={self.config}"]
         argv += [f"-metricsPort={self.ports['metrics']}", "-volume.preStopSeconds=0"]
         argv += ["-s3.port.iceberg=0", "-s3.port.lance=0"]  # fixed default ports: two stores would collide
+        if self.resume:  # a lone master resuming its raft state waits an election timeout (10 s) for peers
+            argv += ["-master.electionTimeout=1s"]
         return argv
 
     def start(self) -> "SeaweedFS":
         with open(self.log, "a") as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(self.command(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT)
+            # a session of its own: a Ctrl-C at the terminal reaches its owner, which stops it in order
+            self.proc = subprocess.Popen(
+                self.command(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         if not wait_for(self.answers, 30.0):
             self.stop()
             raise RuntimeError(f"SeaweedFS did not answer at {self.endpoint}: {self.log.read_text()[-2000:]}")

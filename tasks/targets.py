@@ -10,6 +10,7 @@ verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 
 import datetime
 import os
+import tempfile
 
 import luigi
 
@@ -46,6 +47,25 @@ def check_store() -> None:
     s = store()
     if not isinstance(s, LocalStore):
         s.check()  # type: ignore[attr-defined]  # S3Store's
+
+
+# Luigi's completion cache is a multiprocessing.Manager: its AF_UNIX socket is
+# $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and a socket path holds 107 bytes at most (Linux)
+SOCKET_PATH_MAX = 107
+MANAGER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
+def check_tmpdir() -> None:
+    """With an object store, a TMPDIR short enough for the completion cache's socket (ConfigError if not):
+    otherwise Luigi's worker dies on its first line with `AF_UNIX path too long`."""
+    if not worker_settings().get("cache_task_completion"):
+        return
+    tmp = tempfile.gettempdir()
+    if len(os.fsencode(tmp)) + MANAGER_SOCKET_SUFFIX > SOCKET_PATH_MAX:
+        raise config.ConfigError(
+            f"TMPDIR {tmp} is too long ({len(os.fsencode(tmp))} bytes) for the socket of Luigi's completion "
+            f"cache, which an s3:// data dir uses: give a TMPDIR of at most {SOCKET_PATH_MAX - MANAGER_SOCKET_SUFFIX} bytes"
+        )
 
 
 def worker_settings() -> dict[str, object]:

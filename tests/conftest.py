@@ -268,8 +268,8 @@ def shared_central(tmp_path_factory):
 
 @pytest.fixture
 def hosts(tmp_path):
-    """hosts(name, env, layered_cfg="") makes a worker host (tests/hosts.py); all are stopped afterwards."""
-    from .hosts import Host, unshare_works
+    """hosts(name, env, layered_cfg="") makes a worker host (sandbox/hosts.py); all are stopped afterwards."""
+    from sandbox.hosts import Host, unshare_works
 
     if not unshare_works():
         pytest.fail("worker hosts need root and `unshare --pid` (CI runs as root)")

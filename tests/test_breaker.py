@@ -72,7 +72,7 @@ def state_files(data_dir):
 def test_key_level_answer_trips_the_breaker_for_every_client_of_that_key(api, tmp_path, code):
     state = tmp_path / "state"
     api.on("in.php", {"status": 0, "request": code})
-    with pytest.raises(KeyLevelError):
+    with pytest.raises(KeyLevelError) as tripped:
         client(state).submit(PARAMS)
     assert len(api.rsps.calls) == 1
 
@@ -80,6 +80,8 @@ def test_key_level_answer_trips_the_breaker_for_every_client_of_that_key(api, tm
         client(state).submit(PARAMS)
     assert info.value.code == code
     assert len(api.rsps.calls) == 1
+    # the client that tripped it says what every other says (one alert fingerprint across hosts)
+    assert str(tripped.value) == str(info.value) and "make clear-breaker" in str(info.value)
     with pytest.raises(KeyLevelError):
         client(state).threads()
     assert len(api.rsps.calls) == 1

@@ -1,8 +1,7 @@
-"""Worker hosts sharing one luigid: each host a `python -m tasks` in its own PID namespace and
-folder (tests/hosts.py), sharing only luigid, the data store and the sandbox."""
+"""Worker hosts sharing one luigid: each host a `python -m tasks` in its own PID namespace, folder,
+HOME and TMPDIR (sandbox/hosts.py), sharing only luigid, one bucket of a real object store
+(SeaweedFS) and the sandbox. What they delivered is read from the bucket."""
 
-import json
-import os
 import re
 import time
 from collections import Counter
@@ -11,52 +10,34 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 import pytest
 
-from sandbox import SANDBOX_KEY, expected_records
-
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
 from .conftest import FAST_CLIENT, Luigid
+from .fleet import Bucket, expected_lines, layered, shared_env
 
-REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
 
 
-def layered(sections):
-    """The text of a layered luigi.cfg."""
-    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+@pytest.fixture
+def bucket(seaweedfs, s3_data_dir):
+    """The bucket the hosts share, read through the store's S3 API."""
+    return Bucket(seaweedfs, s3_data_dir)
 
 
-def shared_env(sb, central, data_dir):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "LUIGI_", "CAPTCHAAI_"))}
-    return {
-        **env,
-        **(central.env if central else {}),  # SCHEDULER=central, LUIGI_SCHEDULER_URL
-        "CAPTCHAAI_API_KEY": SANDBOX_KEY,
-        "CAPTCHAAI_API_BASE": sb.captchaai_url,
-        "PORTAL_BASE_URL": sb.portal_url,
-        # Until the object store lands (issue 15) the hosts share a local data dir; it becomes an
-        # s3:// bucket then, and the hosts share no directory at all.
-        "PORTAL_DATA_DIR": str(data_dir),
-    }
-
-
-def assert_every_day_exact(runs, data):
-    """Every run says the range is complete, and every day holds each region's records once."""
+def assert_every_day_exact(runs, bucket):
+    """Every run says the range is complete, and every day in the bucket holds each region's records once."""
     for run in runs:
         assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
     for day in DAYS:
-        lines = (data / f"portal_records_{day}.jsonl").read_text().splitlines()
-        expected = [r for region in REGIONS for r in expected_records(day, region)]
-        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day  # every record once
+        assert bucket.day_lines(day) == expected_lines(day), day  # every record once
 
 
-def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tmp_path):
+def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3_data_dir, bucket):
     """Two hosts run the same 6-day backfill at once, 2 workers each, on one luigid (cap 4): every
     day is exact, every region is solved once (the sandbox counts the submits), both exit 0, and
     both did part of the work."""
     sb = sandbox(solve_s=50)  # 0.5 s per solve: the hosts' solves overlap
-    data = tmp_path / "shared-data"
-    env = shared_env(sb, central, data)
+    env = shared_env(sb, central, s3_data_dir)
     cfg = layered({**FAST_CLIENT, "core": {"workers": 2}})
     a, b = hosts("host-a", env, cfg), hosts("host-b", env, cfg)
 
@@ -65,7 +46,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tm
     runs = [a.wait(timeout=120), b.wait(timeout=120)]
 
     assert [r.code for r in runs] == [0, 0], runs
-    assert_every_day_exact(runs, data)
+    assert_every_day_exact(runs, bucket)
     submits = Counter((parse_qs(urlsplit(t["pageurl"]).query)["day"][0], t["googlekey"]) for t in sb.tasks())
     assert len(submits) == 24 and set(submits.values()) == {1}, submits  # no region solved twice
     assert sb.stats()["threads"]["peak"] <= 4  # luigid's cap over both hosts
@@ -73,11 +54,11 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, tm
     assert sum(ran.values()) == 24 and all(ran.values()), ran  # the hosts shared the work
 
 
-def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, tmp_path):
+def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, s3_data_dir):
     """Host.kill() is a machine dying: SIGKILL of the namespace's init takes its task processes
     with it (no PR_SET_PDEATHSIG round needed); nothing of the host polls CaptchaAI afterwards."""
     sb = sandbox(solve_s=1000)  # 10 s per solve: the regions are mid-solve when the host dies
-    env = {**shared_env(sb, None, tmp_path / "data"), "SCHEDULER": "local"}
+    env = {**shared_env(sb, None, s3_data_dir), "SCHEDULER": "local"}
     host = hosts("host-a", env, layered({**FAST_CLIENT, "core": {"workers": 2}})).start("backfill", START, STOP)
     deadline = time.monotonic() + 30
     while len(sb.tasks()) < 2:  # both task processes submitted a solve and poll it
@@ -123,15 +104,14 @@ def region_of(task):
     return task["params"]["date"], task["params"]["region"]
 
 
-def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fleet_luigid, hosts, tmp_path):
+def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fleet_luigid, hosts, s3_data_dir, bucket):
     """Three hosts run one 6-day backfill (2 workers each, cap 4); host-a is SIGKILLed with its whole
     process tree while it solves. The other two take its regions over in the same command, after
     luigid's worker_disconnect_delay and retry_delay: both exit 0, every day is exact, and the only
     regions solved twice are those host-a had a solve in flight for (its in-flight solves are the
     only waste)."""
     sb = sandbox(solve_s=100)  # 1 s per solve
-    data = tmp_path / "shared-data"
-    env = shared_env(sb, fleet_luigid, data)
+    env = shared_env(sb, fleet_luigid, s3_data_dir)
     cfg = layered({**FAST_CLIENT, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
     a, b, c = (hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c"))
     for host in (a, b, c):
@@ -158,7 +138,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     runs = [b.wait(timeout=120), c.wait(timeout=120)]
     assert a.wait(timeout=10).killed
     assert [r.code for r in runs] == [0, 0], runs
-    assert_every_day_exact(runs, data)
+    assert_every_day_exact(runs, bucket)
 
     taken = {
         (m["date"], m["region"])
@@ -173,13 +153,13 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     assert sb.stats()["threads"]["peak"] <= 4
 
 
-def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, central, hosts, tmp_path, smtp_server, webhook):  # noqa: F811
+def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, central, hosts, s3_data_dir, smtp_server, webhook):  # noqa: F811
     """Three hosts run one backfill with a revoked key: one e-mail and one webhook POST in all, from
     the host that claimed the alert first; it says which host saw which failure, and the other two
     say who sent it. Every region failed for real, so none was taken over."""
     sb = sandbox()
     hook = webhook()
-    env = {**shared_env(sb, central, tmp_path / "shared-data"), "CAPTCHAAI_API_KEY": "f" * 32}
+    env = {**shared_env(sb, central, s3_data_dir), "CAPTCHAAI_API_KEY": "f" * 32}
     env["ALERT_WEBHOOK_URL"] = hook.url
     cfg = layered({**FAST_CLIENT, **smtp_server.cfg(), "core": {"workers": 2}})
     fleet = [hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")]

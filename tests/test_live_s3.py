@@ -220,6 +220,19 @@ def test_bad_store_input_is_one_line_exit_2_and_no_request_to_captchaai_or_the_p
     assert sandbox_requests(live) == 0  # neither CaptchaAI nor the portal heard anything
 
 
+def test_a_tmpdir_too_long_for_the_completion_cache_socket_is_one_line_exit_2(live, cli, s3_data_dir, tmp_path):
+    """An s3:// run uses Luigi's completion cache, a multiprocessing.Manager with a socket under
+    TMPDIR: a long TMPDIR (a deep CI workspace) is refused up front, not an exit 40 traceback."""
+    deep = tmp_path / ("t" * 80)
+    deep.mkdir()
+    run = cli("export", "2026-05-30", TMPDIR=str(deep))
+    assert run.code == 2, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"TMPDIR {deep} is too long" in errors[0], run.err
+    assert "Traceback" not in run.err and sandbox_requests(live) == 0
+    assert cli("export", "2026-05-30", TMPDIR=str(tmp_path)).code == 0  # a short one runs
+
+
 def test_a_revoked_key_alerts_once_with_the_breaker_in_the_bucket_which_stops_a_second_clone(
     live,
     cli,

@@ -136,7 +136,7 @@ def log_in(session: requests.Session, base_url: str, login: Login, timeout: floa
     if parse_page(answer.text, answer.url).login_form is not None:
         detail = f"the portal showed its login form again after the login of {login.username!r} at {url}"
         if login.breaker is not None:
-            login.breaker.trip(LoginRefused.CODE, detail)
+            detail = login.breaker.trip(LoginRefused.CODE, detail)
         raise LoginRefused(LoginRefused.CODE, detail)
     if answer.status_code >= 400:
         raise PermanentError(f"PORTAL_HTTP_{answer.status_code}", f"login post to {form.action}")

@@ -1,23 +1,30 @@
-"""Worker hosts for the fleet tests: `python -m tasks ...` in a PID namespace and a folder of its own.
+"""Worker hosts on one machine, for the fleet tests and `make demo-fleet`: `python -m tasks ...` in a
+PID namespace and a folder of its own.
 
 A host is what a worker machine of the deployment has: its own processes (a PID namespace:
-`unshare --pid --fork --mount-proc`; the tests run as root), its own working directory with its
-own copy of luigi.cfg, layered file, var dir and TMPDIR, and its own hostname (a UTS namespace:
+`unshare --pid --fork --mount-proc`, which needs root), its own working directory with its own
+copy of luigi.cfg, layered file, var dir, HOME and TMPDIR, and its own hostname (a UTS namespace:
 luigid's worker list, failure records and alerts name it). It shares with the other hosts only what
-the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR) and the
-sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL).
+the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR and the
+store's credentials) and the sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL).
 
 `kill()` is a machine dying: SIGKILL of the namespace's init, after which the kernel kills every
 process in the namespace at once, task processes included.
+
+Without root or `unshare` (`namespaced=False`, the demo's fallback) a host is a process group of
+its own instead: `kill()` SIGKILLs the whole group at once, and the hosts share the machine's
+hostname (luigid tells their workers apart by pid).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +38,8 @@ AS_HOST = (
     "import os, socket, sys; socket.sethostname(sys.argv[1]); "
     "os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
 )
+# A host without a namespace: `python -m tasks` leads a process group (start_new_session).
+AS_GROUP = "import os, sys; os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
 
 
 @dataclass
@@ -51,16 +60,24 @@ class HostRun:
 class Host:
     """One worker host. `start(*argv)` runs `python -m tasks *argv` there in the background."""
 
-    def __init__(self, name: str, parent: Path, env: dict[str, str], layered_cfg: str = "") -> None:
+    def __init__(
+        self, name: str, parent: Path, env: dict[str, str], layered_cfg: str = "", namespaced: bool = True
+    ) -> None:
         self.name = name
+        self.namespaced = namespaced
         self.home = parent / name
-        (self.home / "tmp").mkdir(parents=True)
+        self.home.mkdir(parents=True)
+        # TMPDIR short, linked from the host's folder: Luigi's completion cache (on with an s3://
+        # data dir) has a socket under it, within 107 bytes (tasks/targets.check_tmpdir)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+        (self.home / "tmp").symlink_to(self.tmp)
         (self.home / "var").mkdir()
         shutil.copy(ROOT / "luigi.cfg", self.home / "luigi.cfg")  # what a deployed host has at its root
         (self.home / "site.cfg").write_text(layered_cfg)
         self.env = {
             **env,
-            "TMPDIR": str(self.home / "tmp"),
+            "HOME": str(self.home),  # nothing of the operator's ~ (~/.aws, caches) is shared
+            "TMPDIR": str(self.tmp),
             "PORTAL_VAR_DIR": str(self.home / "var"),
             "LUIGI_CONFIG_PATH": str(self.home / "site.cfg"),
         }
@@ -71,7 +88,8 @@ class Host:
         assert self.proc is None, f"{self.name} runs a command already"
         self.out_path, self.err_path = self.home / "out.log", self.home / "err.log"
         self.proc = subprocess.Popen(
-            [*UNSHARE, sys.executable, "-c", AS_HOST, self.name, *argv],
+            [*(UNSHARE if self.namespaced else []), sys.executable, "-c", AS_HOST if self.namespaced else AS_GROUP]
+            + [self.name, *argv],
             cwd=self.home,
             env=self.env,
             stdout=open(self.out_path, "w"),  # noqa: SIM115 (the host's output for as long as it runs)
@@ -81,8 +99,11 @@ class Host:
         return self
 
     def init(self) -> psutil.Process:
-        """The namespace's init (pid 1 inside): `python -m tasks` itself, unshare's only child."""
+        """The namespace's init (pid 1 inside): `python -m tasks` itself, unshare's only child (or,
+        without a namespace, the group's leader)."""
         assert self.proc is not None
+        if not self.namespaced:
+            return psutil.Process(self.proc.pid)
         deadline = time.monotonic() + 10
         while not (children := psutil.Process(self.proc.pid).children()):
             assert time.monotonic() < deadline and self.proc.poll() is None, f"{self.name}: no init"
@@ -103,26 +124,44 @@ class Host:
         return HostRun(self.name, code, self.killed, *self.output())
 
     def kill(self) -> list[psutil.Process]:
-        """SIGKILL the namespace's init, as a host dying would; returns the processes it had then."""
+        """SIGKILL the namespace's init (or the whole process group), as a host dying would; returns
+        the processes it had then."""
         doomed = self.processes()
-        doomed[0].send_signal(signal.SIGKILL)
+        if self.namespaced:
+            doomed[0].send_signal(signal.SIGKILL)
+        else:
+            os.killpg(doomed[0].pid, signal.SIGKILL)
         self.killed = True
         return doomed
 
     def stop(self) -> None:
-        """Whatever still runs: SIGINT (Luigi ends its task processes), then the namespace's death."""
+        """Whatever still runs: SIGINT (Luigi ends its task processes), then the namespace's death;
+        then its TMPDIR goes."""
+        try:
+            self._end()
+        finally:
+            if self.proc is not None and not self.namespaced:  # whatever its leader left in the group
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _end(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         try:
             self.init().send_signal(signal.SIGINT)
             self.proc.wait(timeout=10)
         except (subprocess.TimeoutExpired, psutil.NoSuchProcess, AssertionError):
-            self.proc.kill()  # --kill-child: the namespace's init dies with unshare
+            if self.namespaced:
+                self.proc.kill()  # --kill-child: the namespace's init dies with unshare
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
 
 def unshare_works() -> bool:
-    """Root and a kernel that lets us make PID namespaces."""
+    """Root and a kernel that let us make PID and UTS namespaces."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
     probe = subprocess.run([*UNSHARE, "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=10)

@@ -1,0 +1,53 @@
+"""What the fleet tests share: the hosts' environment (luigid, one bucket, the sandbox; no
+directory) and reading the bucket through the store's own S3 API."""
+
+import json
+import os
+
+from sandbox import SANDBOX_KEY, expected_records
+
+REGIONS = ("north", "south", "east", "west")
+
+
+def layered(sections):
+    """The text of a layered luigi.cfg."""
+    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+
+
+def shared_env(sb, central, data_url):
+    """What every host is given: luigid (unless `central` is None), the bucket (`data_url`, with the
+    store's endpoint and credentials that the s3_data_dir fixture put in this process's
+    environment) and the sandbox."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "LUIGI_", "CAPTCHAAI_"))}
+    assert data_url.startswith("s3://") and env["AWS_ENDPOINT_URL_S3"], "the hosts share a bucket, no directory"
+    return {
+        **env,
+        **(central.env if central else {}),  # SCHEDULER=central, LUIGI_SCHEDULER_URL
+        "CAPTCHAAI_API_KEY": SANDBOX_KEY,
+        "CAPTCHAAI_API_BASE": sb.captchaai_url,
+        "PORTAL_BASE_URL": sb.portal_url,
+        "PORTAL_DATA_DIR": data_url,
+    }
+
+
+class Bucket:
+    """The data dir's objects, read with boto3 straight from the store (not through the project's code)."""
+
+    def __init__(self, seaweedfs, data_url):
+        self.client = seaweedfs.client()
+        self.name, _, prefix = data_url.removeprefix("s3://").partition("/")
+        self.prefix = prefix.strip("/") + "/"
+
+    def keys(self, under=""):
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=self.prefix + under)
+        return sorted(o["Key"].removeprefix(self.prefix) for page in pages for o in page.get("Contents", []))
+
+    def read(self, key):
+        return self.client.get_object(Bucket=self.name, Key=self.prefix + key)["Body"].read().decode()
+
+    def day_lines(self, day):
+        return self.read(f"portal_records_{day}.jsonl").splitlines()
+
+
+def expected_lines(day, regions=REGIONS):
+    return [json.dumps(r, ensure_ascii=False) for region in regions for r in expected_records(day, region)]
