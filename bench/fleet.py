@@ -5,7 +5,7 @@ copy of luigi.cfg and of the run's layered file, HOME, a var dir, TMPDIR, and (w
 a hostname, through a UTS namespace, so luigid's worker list and failure records name it. It
 shares only luigid, the object store and the sandbox, through the environment.
 
-No PID namespace (tests/hosts.py adds one, to kill a host as a machine dies): the bench only starts
+No PID namespace (sandbox/hosts.py adds one, to kill a host as a machine dies): the bench only starts
 hosts, samples them and waits, so a plain subprocess in a process group of its own is enough, and
 its process tree is the host's.
 """

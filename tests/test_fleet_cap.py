@@ -1,4 +1,4 @@
-"""The cap holds across hosts: three worker hosts (tests/hosts.py), one luigid, one s3:// bucket, the
+"""The cap holds across hosts: three worker hosts (sandbox/hosts.py), one luigid, one s3:// bucket, the
 cap following the plan at the tests' timings. One host owns the cap at a time; another consumer
 takes threads mid-run; the owner's host dies and another host takes the cap over within the bound;
 the last run out puts luigid's cap back."""
