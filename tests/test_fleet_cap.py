@@ -4,7 +4,6 @@ takes threads mid-run; the owner's host dies and another host takes the cap over
 the last run out puts luigid's cap back."""
 
 import itertools
-import json
 import re
 import time
 
@@ -12,12 +11,11 @@ import psutil
 
 from portal_export.caplog import CapLog
 from portal_export.runs import ttl_s
-from sandbox import expected_records
 
 from .conftest import FAST_CLIENT
-from .test_fleet import FAST_DEATH, fleet_luigid, layered, shared_env  # noqa: F401 (fixture)
+from .fleet import Bucket, expected_lines, layered, shared_env
+from .test_fleet import FAST_DEATH, fleet_luigid  # noqa: F401 (fixture)
 
-REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
 CAP, PLAN_EVERY_S = 4, 0.5
@@ -50,8 +48,7 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     """Three hosts hold one cap, and the owner's death hands it on. (A short name: the hosts' TMPDIR
     is below the test's folder, and Luigi's worker binds a Unix socket there, 108 bytes at most.)"""
     sb = sandbox(solve_s=300)  # 3 s a solve: the backfill outlasts the owner's death by more than the TTL
-    env = shared_env(sb, fleet_luigid, "unused")
-    env["PORTAL_DATA_DIR"] = s3_data_dir  # the hosts share no directory: luigid, the bucket, the sandbox
+    env = shared_env(sb, fleet_luigid, s3_data_dir)  # the hosts share no directory: luigid, the bucket, the sandbox
     cfg = layered({**TIMINGS, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
     fleet = {name: hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")}
     from tasks.s3store import S3Store
@@ -86,10 +83,9 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     assert fleet[owner].wait(timeout=10).killed
     assert [r.code for r in runs] == [0, 0], runs
     store = S3Store(s3_data_dir)
+    bucket = Bucket(seaweedfs, s3_data_dir)
     for day in DAYS:
-        lines = store.read(f"portal_records_{day}.jsonl").decode().splitlines()
-        expected = [r for region in REGIONS for r in expected_records(day, region)]
-        assert lines == [json.dumps(r, ensure_ascii=False) for r in expected], day
+        assert bucket.day_lines(day) == expected_lines(day), day  # every record once
 
     assert most_at_once(sb.tasks()) <= CAP  # over all hosts, the killed one's included
     changes = caplog.changes()
