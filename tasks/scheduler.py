@@ -222,7 +222,7 @@ class ForegroundLuigid:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        if not wait_for(lambda: answers(self.url), 10.0):
+        if not wait_for(lambda: answers(self.url), 30.0):  # its imports take seconds on a loaded machine
             self.proc.kill()
             self.proc.wait()
             raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
