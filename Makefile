@@ -24,8 +24,9 @@ export SCHEDULER LUIGI_SCHEDULER_URL
 # make test fails under these coverage floors (percent of lines and branches), set from measurement
 COVER_TOTAL ?= 92
 COVER_CORE ?= 95
-# make test: pytest-xdist worker processes (0: all in one process); the live tests mostly wait on servers
-TEST_WORKERS ?= 0
+# make test: pytest-xdist worker processes (0: all in one process). 2: the live tests mostly wait on
+# servers; on 2 cores 8.4 min against 15.8 serially, same coverage (measured under other load)
+TEST_WORKERS ?= 2
 # make test-pythons: the Pythons the README claims
 PYTHONS ?= 3.10 3.11 3.12 3.13
 
