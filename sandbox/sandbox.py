@@ -116,6 +116,15 @@ class Sandbox:
     def now(self) -> float:
         return self._live.now()
 
+    def pause_clock(self) -> None:
+        """Stop the sandbox's clock, so that a test can make its moves with no solve ending meanwhile
+        whatever the machine's load (requests are still answered; the real clients' own timeouts run on)."""
+        self._live.pause_clock()
+
+    def resume_clock(self) -> None:
+        """Start the clock again from where it stood."""
+        self._live.resume_clock()
+
     def expected_records(self, day, region: str) -> list[dict]:
         """What an export of (day, region) delivers from this sandbox: its records_per_region, and
         the strings of the CSV file where the region answers CSV."""

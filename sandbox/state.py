@@ -67,6 +67,7 @@ class SandboxState:
         self.lock = threading.RLock()
         self.stopping = threading.Event()  # wakes 'slow' faults on stop
         self._t0 = time.monotonic()
+        self._paused_at: float | None = None  # the sandbox time the clock stands at, while paused
         seed = config.seed
         # one stream per purpose: e.g. adding a fault plan must not change solve times
         self._rng_solve = random.Random(f"{seed}|solve")
@@ -87,7 +88,21 @@ class SandboxState:
 
     # ── clock ────────────────────────────────────────────────────────────────
     def now(self) -> float:
-        return time.monotonic() - self._t0
+        paused = self._paused_at
+        return time.monotonic() - self._t0 if paused is None else paused
+
+    def pause_clock(self) -> None:
+        """Sandbox time stands still: no solve ends, no hold or token ages, until resume_clock()."""
+        with self.lock:
+            if self._paused_at is None:
+                self._paused_at = self.now()
+
+    def resume_clock(self) -> None:
+        """Time goes on from where it stood: the pause lengthens every wait by its own length."""
+        with self.lock:
+            if self._paused_at is not None:
+                self._t0 = time.monotonic() - self._paused_at
+                self._paused_at = None
 
     def scaled(self, seconds: float) -> float:
         return seconds * self.cfg.time_scale

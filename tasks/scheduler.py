@@ -223,7 +223,7 @@ class ForegroundLuigid:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
             )
-        if not wait_for(lambda: answers(self.url), 10.0):
+        if not wait_for(lambda: answers(self.url), 30.0):  # its imports take seconds on a loaded machine
             self.proc.kill()
             self.proc.wait()
             raise RuntimeError(f"luigid did not start: {self.log.read_text()}")

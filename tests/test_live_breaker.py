@@ -68,7 +68,7 @@ def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clea
     (breaker,) = breaker_files(data_dir)
     assert breaker.name == f"breaker-{fingerprint(UNKNOWN_KEY)}.json" and UNKNOWN_KEY not in breaker.read_text()
     assert json.loads(breaker.read_text())["code"] == "ERROR_KEY_DOES_NOT_EXIST"
-    assert run.seconds < 20  # prompt: nothing waits for a retry
+    assert "retrying in" not in run.err  # prompt: no region waited for a retry (each failed once, above)
 
     cleared = cli("clear-breaker")
     assert cleared.code == 0 and "breaker cleared (ERROR_KEY_DOES_NOT_EXIST)" in cleared.err

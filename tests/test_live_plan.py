@@ -185,10 +185,14 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
 def test_no_usable_thread_makes_regions_wait_without_a_refused_submit_then_run(live, fast_cfg, cli, data_dir):
     fast_cfg({**PLAN, "portal": {"regions": "north,south"}})
     other_consumer(live, 5, seconds=1.5)
-    released = time.time() + 1.5  # when the other consumer's threads free up (taken just now)
+    taken_at = live.now()
+    live.pause_clock()  # the consumer's threads stay taken until the run saw them, however slowly it starts
+    left = 1.5 - (live.now() - taken_at)
     proc = cli.start("export", "2026-03-20")
     wait_for(lambda: "cap 0 (" in cli.output(proc)[1], "the run started at cap 0")
     seen_at_zero = time.time()  # the run was at cap 0 by now, and stays there until the threads free
+    live.resume_clock()
+    released = time.time() + left  # when the other consumer's threads free up
     assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
     err = cli.output(proc)[1]
     assert "another consumer holds all 5 plan threads" in err

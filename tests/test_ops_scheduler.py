@@ -122,14 +122,27 @@ def submits_by_day(sb):
     return Counter(parse_qs(urlsplit(t["pageurl"]).query)["day"][0] for t in sb.tasks())
 
 
-def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luigid, cli, data_dir):
+def in_use(sb):
+    return sb.stats()["threads"]["in_use"]
+
+
+def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast_cfg, luigid, cli, data_dir):
     """Overlapping ranges: shared days are solved once, and each run waits for slots and for the
     other run's work instead of exiting; 2 runs x 4 workers never put more than 4 solves in flight.
     (Luigi's summary may still list tasks the other run did as "not granted run permission" or
     "run by another worker"; the exit code judges by the days.)"""
-    live.configure(solve_s=50)  # 0.5 s per solve: solves overlap
+    # 0.5 s per solve: solves overlap. Tokens valid 20 s and 10 s HTTP timeouts: a loaded machine's
+    # slow post or answer is no retry (a second submit for the region), which is not what this is about
+    live.configure(solve_s=50, token_validity_s=2000)
+    fast_cfg({"captchaai": {"timeout_s": 60, "http_timeout_s": 10}})  # the clients wait out the paused clock below
+    live.pause_clock()  # no solve ends until the cap is full, however slowly a loaded machine submits
     first = cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
     second = cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
+    deadline = time.monotonic() + 60
+    while in_use(live) < 4 and time.monotonic() < deadline and None in (first.poll(), second.poll()):
+        time.sleep(0.02)
+    time.sleep(0.3)  # while nothing ends, a grant beyond the cap would show as a fifth solve
+    live.resume_clock()
 
     codes = [first.wait(timeout=60), second.wait(timeout=60)]
 
@@ -150,8 +163,8 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, luig
 def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg, cli, tmp_path):
     """Luigi's own lock (one process per command line) covers one data dir: the same export into
     another data dir runs alongside; into the same one it exits already_running, solving nothing."""
-    live.configure(solve_s=200)  # 2 s per solve: the first run holds its lock meanwhile
-    fast_cfg({"portal": {"regions": "north"}})
+    fast_cfg({"portal": {"regions": "north"}, "captchaai": {"timeout_s": 60}})  # waits out the paused clock
+    live.pause_clock()  # the first run holds its lock, solving, until the twin has returned
     mine, other = tmp_path / "mine", tmp_path / "other"
     first = cli.start("export", DAY, PORTAL_DATA_DIR=str(mine))
     alongside = cli.start("export", DAY, PORTAL_DATA_DIR=str(other))
@@ -166,6 +179,7 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
     assert "already running" in twin.out
     assert "Luigi's lock in " in twin.err and "/luigi-locks/" in twin.err
     assert first.poll() is None  # the twin returned while the first run was still solving
+    live.resume_clock()
     assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
     assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()
     assert len(live.tasks()) == 2  # one solve per data dir; the twin sent nothing

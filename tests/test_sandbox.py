@@ -154,6 +154,23 @@ def test_threads_held_until_solved_even_unpolled(make_sb):
     assert task(sb, first)["polls"] == 0
 
 
+def test_a_paused_clock_ends_no_solve_and_resumes_where_it_stood(make_sb):
+    sb = make_sb(solve_s=20)  # 0.2 s
+    sb.pause_clock()
+    t = sb.now()
+    task_id = submit(sb)["request"]
+    time.sleep(0.25)  # longer than the solve, in real time
+    assert sb.now() == t and task(sb, task_id)["ready_t"] == round(t + 0.2, 6)
+    assert call(sb, "res.php", action="get", id=task_id)["request"] == "CAPCHA_NOT_READY"
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 1
+    before = time.monotonic()
+    sb.resume_clock()
+    resumed, real = sb.now(), time.monotonic() - before
+    assert t <= resumed <= t + real  # on from where it stood: the paused 0.25 s never passed for it
+    wait_ready(sb, task_id)
+    assert call(sb, "res.php", action="get", id=task_id)["status"] == 1
+
+
 def test_occupy_threads_as_another_consumer(make_sb):
     sb = make_sb(threads=5, solve_s=30)
     assert sb.occupy_threads(3, 60) == 3
@@ -223,9 +240,11 @@ def test_bad_keys_spread_beyond_ban_window_do_not_ban(make_sb):
 @pytest.mark.parametrize("marker", ["north", sitekey_for("north")])
 def test_unsolvable_by_sitekey(make_sb, marker):
     sb = make_sb(solve_s=40, unsolvable_sitekeys={marker})
+    sb.pause_clock()  # however loaded the machine, neither solve ends before the checks below
     bad, good = submit(sb, "north")["request"], submit(sb, "south")["request"]
     assert call(sb, "res.php", action="get", id=bad)["request"] == "CAPCHA_NOT_READY"
     assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 2  # held until its time passed
+    sb.resume_clock()
     wait_ready(sb, bad)
     assert call(sb, "res.php", action="get", id=bad) == {"status": 0, "request": "ERROR_CAPTCHA_UNSOLVABLE"}
     assert call(sb, "res.php", action="get", id=good)["status"] == 1

@@ -72,13 +72,15 @@ def test_sdk_solves_the_portal_captcha_through_not_ready(make_sb):
 
 
 def test_sdk_manual_send_get_result_and_threads_info(make_sb):
-    # 1.2 s of solve at this scale (the SDK polls for 1.8 s at most): the second threadsinfo must find it
-    # working on a loaded machine too (0.3 s was over before it on CI).
+    # 1.2 s of solve at this scale (the SDK polls for 1.8 s at most), and the clock paused until the second
+    # threadsinfo found it working: on a loaded machine even 1.2 s was over before it.
     sb = make_sb(solve_s=120, threads=4)
     solver = CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url)
     assert solver.threads_info() == {"threads": 4, "working_threads": 0}
+    sb.pause_clock()
     task_id = solver.send("recaptcha_v2", googlekey=sitekey_for("east"), pageurl=f"{sb.portal_url}/export")
     assert solver.threads_info() == {"threads": 4, "working_threads": 1}
+    sb.resume_clock()
     assert (
         solver.get_result("recaptcha_v2", task_id).solution
         == requests.post(
