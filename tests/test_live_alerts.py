@@ -139,13 +139,16 @@ def test_a_p95_above_the_line_sends_one_warning(channels, cli, data_dir):
 
 def test_all_plan_threads_busy_at_the_start_sends_one_warning(channels, cli, live, data_dir):
     smtp, hook, layer = channels
-    layer({"portal": {"regions": "north", "retry_base_s": 0.2}})  # the region waits out the busy threads
-    # Another consumer holds every thread (0.3 s at a time) until the run's plan check has seen them.
+    # the region waits out the busy threads, for the plan's next reading (1 s on, not 30)
+    layer({"portal": {"regions": "north", "retry_base_s": 0.2}, "captchaai": {"plan_every_s": 1}})
+    # Another consumer holds every thread (0.3 s of the sandbox's time) until the run's plan check has
+    # seen them: the clock stands still meanwhile, however slowly the run starts on a loaded machine.
     assert live.occupy_threads(5, 30) == 5
+    live.pause_clock()
     proc = cli.start("export", "2026-06-05")
     while proc.poll() is None and "plan: 5 threads" not in cli.output(proc)[1]:
-        live.occupy_threads(5, 30)
         time.sleep(0.05)
+    live.resume_clock()
     proc.wait(timeout=60)
     run = CliRun(proc.returncode, *cli.output(proc), 0.0)
 
