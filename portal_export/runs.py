@@ -92,16 +92,17 @@ class Runs:
             return None
         return state if isinstance(state, dict) else None
 
-    def age(self, run: str) -> float | None:
-        """Seconds since the run's last heartbeat; None when it has none."""
-        state = self.state(run)
+    def age(self, run: str, state: dict[str, Any] | None = None) -> float | None:
+        """Seconds since the run's last heartbeat (read unless its `state` is given); None when it has none."""
+        if state is None:
+            state = self.state(run)
         try:
             return None if state is None else self.clock() - float(state["t"])
         except (KeyError, TypeError, ValueError):
             return None
 
-    def alive(self, run: str, fresh: bool = False) -> bool:
-        """Whether `run` still goes; `fresh`: not from the cache (ownership is decided on this)."""
+    def _verdict(self, run: str, state: dict[str, Any] | None = None) -> bool:
+        """Alive, from the pid on this host and the heartbeat (read unless its `state` is given)."""
         where = split_run(run)
         if where is None:
             return False
@@ -109,12 +110,19 @@ class Runs:
         local = host == this_host()
         if local and not pid_alive(pid):
             return False  # no request needed
+        age = self.age(run, state)
+        return age is not None and (local or age < self.ttl)
+
+    def alive(self, run: str, fresh: bool = False) -> bool:
+        """Whether `run` still goes; `fresh`: not from the cache (ownership is decided on this)."""
+        where = split_run(run)
+        if where is None or (where[0] == this_host() and not pid_alive(where[1])):
+            return False  # no request needed
         now = time.monotonic()
         seen = self._seen.get(run)
         if seen is not None and not fresh and now < seen[1]:
             return seen[0]
-        age = self.age(run)
-        verdict = age is not None and (local or age < self.ttl)
+        verdict = self._verdict(run)
         if self.cache_s:
             self._seen[run] = (verdict, now + self.cache_s)
         return verdict
@@ -124,10 +132,10 @@ class Runs:
         found = []
         for name in self.store.list(PREFIX):
             run = name[len(PREFIX) :].removesuffix(".json")
-            if not self.alive(run, fresh=True):
+            state = self.state(run)  # one read for the verdict and the key
+            if not self._verdict(run, state):
                 self.store.delete(name)
                 continue
-            state = self.state(run) or {}
-            if key is None or state.get("key") == key:
+            if key is None or (state or {}).get("key") == key:
                 found.append(run)
         return found
