@@ -80,6 +80,7 @@ class SandboxState:
         self._holds: list[list] = []  # [start, end, key] per plan thread hold, for the timeline
         self._ambush: list | None = None  # [n, seconds, key, taken]: another consumer's threads, at a submit
         self._active: list[list] = []  # the holds not yet over, for the per-request checks
+        self._others: list[list] = []  # other consumers' holds (occupy_threads), which release_threads ends
         self._sessions: dict[str, Session] = {}  # cookie -> what it was served, and its login
         self._maintenance: dict[tuple, int] = {}  # (day, region) -> maintenance pages answered
         self._bad_key_times: dict[str, deque] = {}  # ip -> times of bad-key requests
@@ -163,9 +164,11 @@ class SandboxState:
             return code
 
     # ── plan threads ─────────────────────────────────────────────────────────
-    def _hold(self, start: float, end: float, key: str) -> None:
-        self._holds.append([start, end, key])
-        self._active.append([start, end, key])
+    def _hold(self, start: float, end: float, key: str) -> list:
+        hold = [start, end, key]  # one list in both: release_threads ends it for the timeline too
+        self._holds.append(hold)
+        self._active.append(hold)
+        return hold
 
     def _in_use(self, key: str, now: float) -> int:
         self._active = [h for h in self._active if h[1] > now]  # keeps long benchmarks linear
@@ -180,9 +183,20 @@ class SandboxState:
         with self.lock:
             now = self.now()
             taken = max(0, min(n, self.cfg.threads - self._in_use(key, now)))
+            self._others = [h for h in self._others if h[1] > now]
             for _ in range(taken):
-                self._hold(now, now + self.scaled(seconds), key)
+                self._others.append(self._hold(now, now + self.scaled(seconds), key))
             return taken
+
+    def release_threads(self, key: str) -> int:
+        """Another consumer's tasks on `key` end now; returns how many threads that freed."""
+        with self.lock:
+            now = self.now()
+            held = [h for h in self._others if h[2] == key and h[1] > now]
+            for hold in held:
+                hold[1] = now
+            self._others = [h for h in self._others if h[1] > now]
+            return len(held)
 
     def occupy_at_next_submit(self, n: int, seconds: float, key: str, after: int = 0) -> None:
         """Another consumer takes the last n free threads just as a submit on `key` would use one of

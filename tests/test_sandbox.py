@@ -182,6 +182,17 @@ def test_occupy_threads_as_another_consumer(make_sb):
     assert sb.stats()["threads"]["peak"] == 5
 
 
+def test_release_threads_ends_only_the_other_consumers_holds(make_sb):
+    sb = make_sb(threads=5, solve_s=3000)
+    assert submit(sb)["status"] == 1
+    assert sb.occupy_threads(2, 3000) == 2
+    assert sb.release_threads("another key") == 0
+    assert sb.release_threads() == 2
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 1  # our task still works
+    assert sb.release_threads() == 0
+    assert sb.occupy_threads(5, 3000) == 4
+
+
 def test_no_plan_key_refuses_submits_with_free_threads(make_sb):
     sb = make_sb()
     assert call(sb, "res.php", key=NO_PLAN_KEY, action="threadsinfo") == {"threads": "5", "working_threads": 0}
