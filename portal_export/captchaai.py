@@ -128,9 +128,22 @@ class CaptchaAI:
     def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
 
-    def _call(self, endpoint: str, fields: dict[str, Any]) -> Reply:
-        """POST one request; every call goes through here for the timeout, breaker and normalizing."""
+    def ready(self) -> None:
+        """Raise what would stop a solve before it starts (an open breaker, a busy plan's verdict), so
+        that a caller loads no page for a solve that cannot happen. The gate does not look again
+        for half a second: the submit that follows costs no second look."""
         if self._breaker is not None:
+            self._breaker.check()
+        if self._gate is not None:
+            self._gate.check()
+
+    def _call(self, endpoint: str, fields: dict[str, Any], checked: bool = True) -> Reply:
+        """POST one request; every call goes through here for the timeout, breaker and normalizing.
+
+        `checked=False` skips the breaker: for the polls of a solve already submitted, which a refused
+        key answers once and ends (so each solve in flight adds at most one refused request, and no
+        poll waits on a look at the store)."""
+        if checked and self._breaker is not None:
             self._breaker.check()
         failure, unsent = "", False
         try:
@@ -213,7 +226,7 @@ class CaptchaAI:
         polls = 0
         while tick <= deadline:
             self._sleep(max(0.0, tick - self._clock()))
-            (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id})
+            (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id}, checked=False)
             polls += 1
             if ok:
                 return str(value)  # the token goes straight to its post: no progress report first

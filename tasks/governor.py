@@ -393,11 +393,3 @@ def describe(url: str | None, threads: int, working: int) -> str:
     if last is not None:
         line += f"; last change: cap {last['cap']} by {last.get('run', '?')}: {last['reason']}"
     return line
-
-
-def plan_busy() -> str | None:
-    """The governor's verdict once it gave up waiting for a usable thread, for regions to fail on."""
-    if not config.captchaai().follow_plan:
-        return None
-    busy = CapLog(targets.store()).busy()
-    return None if busy is None else str(busy.get("reason", "no plan thread usable"))

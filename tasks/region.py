@@ -8,7 +8,6 @@ import luigi
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
-from portal_export.errors import PermanentError
 from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
 from portal_export.store import write_json
@@ -23,8 +22,14 @@ log = logging.getLogger(__name__)
 def make_solver() -> CaptchaAI:
     cfg = config.captchaai()
     key = config.api_key()
-    breaker = KeyBreaker(targets.store(), key)
-    breaker.check()  # an open breaker fails the region at once, before it loads a page it cannot use
+    # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
+    gate = Gate(
+        targets.store(),
+        configured=governor.configured_cap(),
+        plan_every_s=cfg.plan_every_s,
+        follows_plan=cfg.follow_plan,
+        caplog=CapLog(targets.store()),
+    )
     return CaptchaAI(
         key,
         config.api_base(),
@@ -32,15 +37,8 @@ def make_solver() -> CaptchaAI:
         first_poll_s=cfg.first_poll_s,
         poll_every_s=cfg.poll_every_s,
         http_timeout_s=cfg.http_timeout_s,
-        breaker=breaker,
-        # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
-        gate=Gate(
-            targets.store(),
-            configured=governor.configured_cap(),
-            plan_every_s=cfg.plan_every_s,
-            follows_plan=cfg.follow_plan,
-            caplog=CapLog(targets.store()),
-        ),
+        breaker=KeyBreaker(targets.store(), key),
+        gate=gate,
     )
 
 
@@ -73,13 +71,13 @@ class RegionExport(PortalTask):
         less between two solves when the data dir is an object store)."""
 
     def make_solver(self) -> CaptchaAI:
-        """The CaptchaAI client; tests substitute a fake here."""
-        return make_solver()
+        """The CaptchaAI client; tests substitute a fake here. An open breaker, or the governor's
+        verdict that no plan thread frees up, fails the region here, before it loads a page."""
+        solver = make_solver()
+        solver.ready()
+        return solver
 
     def work(self) -> None:
-        busy = governor.plan_busy()
-        if busy:  # the run waited its deadline for a plan thread: fail clearly, sending nothing
-            raise PermanentError("PLAN_BUSY", f"{busy} (CaptchaAI plan of this key; rerun once it frees)")
         started = time.time()
         attempt = 1
         timeout = config.captchaai().timeout_s

@@ -11,6 +11,7 @@ verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 import datetime
 import os
 import tempfile
+import time
 
 import luigi
 
@@ -126,6 +127,34 @@ def region_failure_key(date: datetime.date, region: str) -> str:
 def day_failure_key(date: datetime.date) -> str:
     """The error code of the day's last failure other than validation (that one is failed.health.json)."""
     return f"{failures_prefix(date)}day.json"
+
+
+# How long a listing that showed a day complete answers for it: the checks that follow one another
+# (Luigi's of each day of a range when RangeDaily's run ends, the run's own at its end) take one
+# listing per month instead of two requests per day. Only "complete" is kept, and only briefly: no
+# check is ever answered "missing" from memory, and a day set aside (retry-unsolvable) is set aside
+# before its run checks it.
+DAY_SEEN_S = 2.0
+_days_seen: dict[tuple[str, datetime.date], float] = {}
+
+
+def day_complete(date: datetime.date) -> bool:
+    """Whether the day's two objects exist (DayExport.complete). On a disk, two looks at the files;
+    in an object store, one listing of the day's month, remembered for DAY_SEEN_S."""
+    if not is_remote(config.data_dir_text()):
+        return all(store().exists(k) for k in (day_records_key(date), day_health_key(date)))
+    where, now = config.data_dir_text(), time.monotonic()
+    if now - _days_seen.get((where, date), -DAY_SEEN_S) < DAY_SEEN_S:
+        return True
+    first = date.replace(day=1)
+    month = [
+        first + datetime.timedelta(days=i)
+        for i in range(31)
+        if (first + datetime.timedelta(days=i)).month == first.month
+    ]
+    found = complete_days(month)
+    _days_seen.update(((where, d), now) for d in found)
+    return date in found
 
 
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
