@@ -31,6 +31,7 @@ class Task:
     ready_t: float
     unsolvable: bool
     polls: int = 0
+    last_poll_t: float | None = None
     token: str | None = None
     token_used: bool = False
     token_posted_t: float | None = None
@@ -270,6 +271,7 @@ class SandboxState:
             if task is None or task.key != key:
                 return False, "ERROR_WRONG_CAPTCHA_ID"
             task.polls += 1
+            task.last_poll_t = self.now()
             self.stats.polls[task_id] += 1
             if self.now() < task.ready_t:
                 return False, NOT_READY
@@ -418,6 +420,7 @@ class SandboxState:
                     "solve_s": round(t.ready_t - t.submit_t, 6),
                     "status": "pending" if now < t.ready_t else ("unsolvable" if t.unsolvable else "ready"),
                     "polls": t.polls,
+                    "last_poll_t": None if t.last_poll_t is None else round(t.last_poll_t, 6),
                     "token_posted_t": None if t.token_posted_t is None else round(t.token_posted_t, 6),
                     "token_accepted": t.accepted,
                     "reported_bad": t.reported_bad,

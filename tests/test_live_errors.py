@@ -418,7 +418,9 @@ def test_a_poll_deadline_abandons_the_task_and_retries_with_a_fresh_one(live, no
     first, second = served(live)
     assert north["task_ids"] == [first["id"], second["id"]]
     assert first["token_posted_t"] is None and second["token_accepted"]
-    assert first["polls"] >= 10  # polled on its grid until the deadline, then left
+    # polled on its grid until the deadline (0.3 s), then left: however few polls a loaded machine
+    # fits in, the last came within 0.1 s of the deadline
+    assert first["polls"] >= 3 and first["last_poll_t"] - first["submit_t"] >= 0.2, first
     assert live.stats()["requests"]["portal_get"] == 2
 
 
