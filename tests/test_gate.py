@@ -102,7 +102,7 @@ def test_a_busy_verdict_stops_a_solve_waiting_at_the_gate_with_plan_busy(tmp_pat
 
 
 def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_after_it(tmp_path):
-    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=5.0)
     set_cap(tmp_path, 4, time.time() - 5)  # a reading from before the refusal
     seen = []
 
@@ -118,7 +118,7 @@ def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_af
     waited = time.monotonic() - started
     reader.join()
     assert seen == [1]  # waiting (its slot lent) while it waited
-    assert 0.15 < waited < 0.9  # until the new reading, not a whole period
+    assert 0.15 < waited < 2.5  # until the new reading (0.2 s), not a whole period (5 s)
     assert Waiting(LocalStore(tmp_path)).count() == 0
 
 
