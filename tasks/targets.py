@@ -8,7 +8,9 @@ solves in flight and regions that wait, the cap in force, the cap's lease, the c
 verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 """
 
+import calendar
 import datetime
+import math
 import os
 import tempfile
 import time
@@ -144,14 +146,9 @@ def day_complete(date: datetime.date) -> bool:
     if not is_remote(config.data_dir_text()):
         return all(store().exists(k) for k in (day_records_key(date), day_health_key(date)))
     where, now = config.data_dir_text(), time.monotonic()
-    if now - _days_seen.get((where, date), -DAY_SEEN_S) < DAY_SEEN_S:
+    if now - _days_seen.get((where, date), -math.inf) < DAY_SEEN_S:
         return True
-    first = date.replace(day=1)
-    month = [
-        first + datetime.timedelta(days=i)
-        for i in range(31)
-        if (first + datetime.timedelta(days=i)).month == first.month
-    ]
+    month = [date.replace(day=d) for d in range(1, calendar.monthrange(date.year, date.month)[1] + 1)]
     found = complete_days(month)
     _days_seen.update(((where, d), now) for d in found)
     return date in found
