@@ -31,7 +31,7 @@ TEST_WORKERS ?= 2
 PYTHONS ?= 3.10 3.11 3.12 3.13
 
 PY := $(VENV)/bin/python
-RUN := $(PY) -m tasks $(if $(WORKERS),--workers $(WORKERS))
+RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 
 .DEFAULT_GOAL := help
 
@@ -67,6 +67,10 @@ test: $(VENV)/.installed ## run the whole test suite with line and branch covera
 		echo "coverage of portal_export: $$core % (floor $(COVER_CORE) %)" && \
 		$(PY) -m coverage report --include='portal_export/*' --fail-under=$(COVER_CORE) >/dev/null
 
+.PHONY: test-fast
+test-fast: $(VENV)/.installed ## the unit tests and in-process tests only (no live servers, no processes), under a minute
+	$(PY) -m pytest -m "not live" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) -q
+
 .PHONY: test-pythons
 test-pythons: ## make test on every Python of PYTHONS found here (each in .venv-X.Y); says which were skipped
 	@PYTHONS="$(PYTHONS)" MAKE="$(MAKE)" sh .ci/test-pythons
@@ -79,11 +83,11 @@ lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
 
 .PHONY: demo
 demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS)
-	$(PY) -m tasks.demo $(if $(STORE),--store $(STORE))
+	$(PY) -m sandbox.demo $(if $(STORE),--store $(STORE))
 
 .PHONY: demo-fleet
 demo-fleet: $(VENV)/.installed ## three worker hosts on one luigid and one S3 bucket (SeaweedFS); one is SIGKILLed mid-backfill (~1 min, var/demo-fleet/)
-	$(PY) -m tasks.demo_fleet
+	$(PY) -m sandbox.demo_fleet
 
 .PHONY: export
 export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD

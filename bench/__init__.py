@@ -2,7 +2,7 @@
 
 config.py     the bench's timings, sandbox settings, fault mix and runs
 metrics.py    p(s), the makespan lower bound, utilisation, polls, token ages, overhead
-runner.py     drives the real CLI (`python -m tasks backfill`) against a sandbox and samples it
+runner.py     drives the real CLI (`python -m ops backfill`) against a sandbox and samples it
 baselines.py  (a) one region at a time, (b) the seed design's day steps, on the core client
 table.py      the printed table and bench/results.md
 """

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tasks.seaweedfs import SeaweedFS
+from sandbox.seaweedfs import SeaweedFS
 
 from . import config, metrics, runner, table
 from .config import Case
@@ -217,7 +217,7 @@ def fleet_columns(records):
 
 FLEET_NOTES = "\n".join(
     [
-        "Each host is `python -m tasks backfill` with SCHEDULER=central in a folder of its own (its luigi.cfg, "
+        "Each host is `python -m ops backfill` with SCHEDULER=central in a folder of its own (its luigi.cfg, "
         "layered file, HOME, TMPDIR, var dir; its own hostname through a UTS namespace when root), a plain "
         "subprocess in a process group of its own (no PID namespace: the bench only starts, samples and waits). "
         "The hosts start at once and share only the run's luigid (holding [resources] captchaai), "

@@ -1,4 +1,4 @@
-"""The worker hosts of a fleet run: each `python -m tasks backfill` in a folder of its own.
+"""The worker hosts of a fleet run: each `python -m ops backfill` in a folder of its own.
 
 A host has of its own what a worker machine of the deployment has: a working directory with its
 copy of luigi.cfg and of the run's layered file, HOME, a var dir, TMPDIR, and (when we are root)
@@ -35,7 +35,7 @@ def own_hostnames():
 
 
 class Host:
-    """One worker host under `parent/name`; `start(argv)` runs `python -m tasks *argv` there."""
+    """One worker host under `parent/name`; `start(argv)` runs `python -m ops *argv` there."""
 
     def __init__(self, name, parent, env, layered_cfg):
         self.name = name
@@ -59,7 +59,7 @@ class Host:
         if own_hostnames():
             command = ["unshare", "--uts", sys.executable, "-c", AS_HOST, self.name, *argv]
         else:
-            command = [sys.executable, "-m", "tasks", *argv]
+            command = [sys.executable, "-m", "ops", *argv]
         with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 command, cwd=self.home, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -1,7 +1,7 @@
 """Memory and CPU of one worker task process (a forked RegionExport child) while its solve waits.
 
 Starts the sandbox in this process with a fixed solve time at real speed, runs the real CLI
-(`python -m tasks export DAY`, local scheduler, [core] workers so that each task runs in a forked
+(`python -m ops export DAY`, local scheduler, [core] workers so that each task runs in a forked
 child) against it, and samples every child of the worker with psutil. For the RegionExport
 children it reports RSS, USS (the pages the child owns alone: what one more in-flight solve
 really costs, as a fork shares the rest with the worker copy-on-write), PSS, and the CPU seconds
@@ -92,7 +92,7 @@ def main():
         }
         started = time.monotonic()
         cli = subprocess.Popen(
-            [sys.executable, "-m", "tasks", "export", args.day],
+            [sys.executable, "-m", "ops", "export", args.day],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

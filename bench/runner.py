@@ -1,6 +1,6 @@
 """One bench run in a subprocess against its own sandbox in this process.
 
-The pipeline runs exactly as an operator runs it: `python -m tasks backfill START STOP`, with the
+The pipeline runs exactly as an operator runs it: `python -m ops backfill START STOP`, with the
 bench's timings layered over luigi.cfg through LUIGI_CONFIG_PATH; a baseline runs as
 `python -m bench.baselines`.
 
@@ -25,9 +25,9 @@ import psutil
 from portal_export.caplog import CapLog
 from portal_export.store import LocalStore, read_json
 from sandbox import SANDBOX_KEY, Sandbox
+from sandbox.luigid import ForegroundLuigid
+from sandbox.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 from tasks.s3store import ObjectClient, S3Store
-from tasks.scheduler import ForegroundLuigid
-from tasks.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 from . import config, fleet
 
@@ -163,7 +163,7 @@ def _argv(case, api_base, portal_url):
     days = case.days
     if case.design == "luigi":
         stop = days[-1] + datetime.timedelta(days=1)
-        return ["-m", "tasks", "backfill", days[0].isoformat(), stop.isoformat()]
+        return ["-m", "ops", "backfill", days[0].isoformat(), stop.isoformat()]
     return [
         "-m",
         "bench.baselines",

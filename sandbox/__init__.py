@@ -1,7 +1,9 @@
-"""Local stand-ins for CaptchaAI and the partner portal, for the demo, tests and benchmarks.
+"""Local stand-ins for CaptchaAI and the partner portal, for the demo, tests and benchmarks; beside
+them the launchers of local servers (`luigid.py`, `seaweedfs.py`, `hosts.py`) and the demos
+(`demo.py`, `demo_fleet.py`). None of it ships in the wheel.
 
-Independent of the project's packages on purpose: it checks the project's client
-against the protocol, not against the client's own idea of it.
+The stand-ins are independent of the project's packages on purpose: they check the project's
+client against the protocol, not against the client's own idea of it (tests/test_layout.py).
 
 Protocol choices where the real service leaves room:
 - threadsinfo answers its fields bare, json=1 or not: {"threads": "5", "working_threads": N}.

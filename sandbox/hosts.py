@@ -1,4 +1,4 @@
-"""Worker hosts on one machine, for the fleet tests and `make demo-fleet`: `python -m tasks ...` in a
+"""Worker hosts on one machine, for the fleet tests and `make demo-fleet`: `python -m ops ...` in a
 PID namespace and a folder of its own.
 
 A host is what a worker machine of the deployment has: its own processes (a PID namespace:
@@ -33,13 +33,13 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
-# The namespace's init names its host, then becomes `python -m tasks` (the same pid 1).
+# The namespace's init names its host, then becomes `python -m ops` (the same pid 1).
 AS_HOST = (
     "import os, socket, sys; socket.sethostname(sys.argv[1]); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
+    "os.execv(sys.executable, [sys.executable, '-m', 'ops', *sys.argv[2:]])"
 )
-# A host without a namespace: `python -m tasks` leads a process group (start_new_session).
-AS_GROUP = "import os, sys; os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
+# A host without a namespace: `python -m ops` leads a process group (start_new_session).
+AS_GROUP = "import os, sys; os.execv(sys.executable, [sys.executable, '-m', 'ops', *sys.argv[2:]])"
 
 
 @dataclass
@@ -58,7 +58,7 @@ class HostRun:
 
 
 class Host:
-    """One worker host. `start(*argv)` runs `python -m tasks *argv` there in the background."""
+    """One worker host. `start(*argv)` runs `python -m ops *argv` there in the background."""
 
     def __init__(
         self, name: str, parent: Path, env: dict[str, str], layered_cfg: str = "", namespaced: bool = True
@@ -99,7 +99,7 @@ class Host:
         return self
 
     def init(self) -> psutil.Process:
-        """The namespace's init (pid 1 inside): `python -m tasks` itself, unshare's only child (or,
+        """The namespace's init (pid 1 inside): `python -m ops` itself, unshare's only child (or,
         without a namespace, the group's leader)."""
         assert self.proc is not None
         if not self.namespaced:

@@ -1,5 +1,7 @@
+"""`python -m tasks COMMAND`: kept for cron lines written before the commands moved to `python -m ops`."""
+
 import sys
 
-from .cli import main
+from ops.cli import main
 
 sys.exit(main())

@@ -13,7 +13,7 @@ from portal_export.caplog import CapLog, seconds_below
 from portal_export.health import day_health, validate
 from portal_export.store import read_json
 
-from . import config, governor, targets
+from . import config, targets
 from .base import PortalTask
 from .region import RegionExport
 
@@ -68,7 +68,7 @@ class DayExport(PortalTask):
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
-        started = governor.run_started() or min(starts, default=time.time())
+        started = config.run_started() or min(starts, default=time.time())
         below = seconds_below(changes, started, time.time())
         health = day_health(self.date, regions, facts, below)
         try:

@@ -12,7 +12,7 @@ from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
 from portal_export.store import write_json
 
-from . import config, governor, targets
+from . import config, targets
 from .base import PortalTask
 from .login import portal_login
 
@@ -25,7 +25,7 @@ def make_solver() -> CaptchaAI:
     # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
     gate = Gate(
         targets.store(),
-        configured=governor.configured_cap(),
+        configured=config.configured_cap(),
         plan_every_s=cfg.plan_every_s,
         follows_plan=cfg.follow_plan,
         caplog=CapLog(targets.store()),

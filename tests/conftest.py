@@ -5,10 +5,19 @@ import luigi
 import luigi.configuration
 import pytest
 
-from tasks.scheduler import ForegroundLuigid
+from sandbox.luigid import ForegroundLuigid
 
 ROOT = Path(__file__).resolve().parent.parent
+# A test that uses one of these starts a live server or a process (the sandbox on loopback, luigid,
+# the CLI, SeaweedFS, hosts in namespaces): marked `live`, left out by `make test-fast`.
+LIVE_FIXTURES = {"sandbox", "live", "luigid", "cli", "central", "shared_central", "hosts", "seaweedfs", "s3_data_dir"}
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if LIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +145,7 @@ def luigid(tmp_path, monkeypatch):
 
 
 class CliRun:
-    """One finished `python -m tasks ...`: exit code, output, wall time."""
+    """One finished `python -m ops ...`: exit code, output, wall time."""
 
     def __init__(self, code, out, err, seconds):
         self.code, self.out, self.err, self.seconds = code, out, err, seconds
@@ -147,7 +156,7 @@ class CliRun:
 
 @pytest.fixture
 def cli(tmp_path):
-    """cli(*argv, timeout=60, **env): run `python -m tasks *argv` from the repository root with this
+    """cli(*argv, timeout=60, **env): run `python -m ops *argv` from the repository root with this
     process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun.
 
     Output goes to files, not pipes: task processes log whole tracebacks in one write each, which a
@@ -168,7 +177,7 @@ def cli(tmp_path):
         if cwd != ROOT:
             env.setdefault("PYTHONPATH", str(ROOT))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tasks", *map(str, argv)],
+            [sys.executable, "-m", "ops", *map(str, argv)],
             cwd=cwd,
             env={**os.environ, **env},
             stdout=open(tmp_path / f"cli-{n}.out", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
@@ -291,7 +300,7 @@ def hosts(tmp_path):
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory):
     """One SeaweedFS (S3 on a free loopback port) for the whole session; tests take a bucket each."""
-    from tasks.seaweedfs import SeaweedFS
+    from sandbox.seaweedfs import SeaweedFS
 
     store = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
     yield store

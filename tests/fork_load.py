@@ -1,7 +1,7 @@
 """A run's process under fork load: `python -m tests.fork_load DAYS [--unguarded]`, for test_fork_safety.
 
 It is the process `make backfill` runs, minus the portal work: the real progress watcher
-(tasks.alerting.RunAlert) and the real plan governor (tasks.governor, reading threadsinfo from the
+(ops.alerting.RunAlert) and the real plan governor (ops.steward, reading threadsinfo from the
 sandbox at CAPTCHAAI_API_BASE over HTTP every [captchaai] plan_every_s) run their threads while a
 real Luigi worker with 4 processes forks one task process per day. Each task logs, makes an HTTP
 request to the portal, and writes its day's two files, so the watcher prints a progress line per
@@ -21,8 +21,10 @@ import time
 import luigi
 import requests
 
+from ops import alerting, luigi_run
+from ops import steward as governor
 from portal_export import forksafe
-from tasks import alerting, config, governor, luigi_run, targets
+from tasks import config, targets
 
 log = logging.getLogger("tasks.fork_load")
 START = datetime.date(2026, 1, 1)
@@ -66,7 +68,7 @@ def main() -> int:
     args = argparse.Namespace(
         command="backfill", start=str(days[0]), stop=str(days[-1]), newest_first=False, task_limit=None, workers=4
     )
-    from tasks.cli import lock_dir, log_to_stderr
+    from ops.cli import lock_dir, log_to_stderr
 
     log_to_stderr()
     begin = time.monotonic()

@@ -1,6 +1,6 @@
 """The cap invariant through the real CLI, and the bench's measures on hand-computed examples.
 
-The backfill test runs `python -m tasks backfill` against the sandbox exactly as `make bench` does
+The backfill test runs `python -m ops backfill` against the sandbox exactly as `make bench` does
 (bench/runner.py), with more Luigi workers than the cap, so only the `captchaai` resource can hold
 the solves in flight to the cap; and it must reach it, or the cap would be wasted paid threads.
 """

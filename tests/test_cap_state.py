@@ -252,7 +252,7 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
     import json
     import logging
 
-    from tasks.governor import Steward
+    from ops.steward import Steward
 
     luigi_cfg("captchaai", "plan_every_s", 0.2)  # a heartbeat every 0.1 s
     caplog.set_level(logging.INFO)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import responses
 
-from tasks.cli import main
+from ops.cli import main
 
 from .conftest import TEST_KEY
 
@@ -97,6 +97,23 @@ def test_make_export_refuses_a_bad_day_through_the_makefile(tmp_path):
     )
     assert proc.returncode != 0
     assert "error: DAY='2026-13-45' is not a date: give YYYY-MM-DD" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("module", ["ops", "tasks"])  # tasks: the alias cron lines written before ops keep calling
+def test_python_dash_m_runs_the_commands(module, tmp_path):
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "export", "2026-13-45"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CAPTCHAAI_API_KEY": TEST_KEY, "PORTAL_DATA_DIR": str(tmp_path)},
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: DAY='2026-13-45' is not a date"), proc.stderr
     assert not any(tmp_path.iterdir())
 
 

@@ -15,7 +15,7 @@ from .conftest import ROOT
 def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path):
     env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
-        [sys.executable, "-m", "tasks.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "sandbox.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
 
     assert run.returncode == 0, run.stdout + run.stderr
@@ -31,7 +31,7 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):
     env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
-        [sys.executable, "-m", "tasks.demo", "--store", "s3"],
+        [sys.executable, "-m", "sandbox.demo", "--store", "s3"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -54,12 +54,12 @@ def test_the_fleet_demo_kills_a_host_and_what_it_says_holds_in_the_bucket(tmp_pa
     over what, the cap held, every day exact) is checked against the sandbox-independent truth: the
     bucket, read back from its SeaweedFS (reopened on the data the demo left), and the process list."""
     from sandbox import expected_records
-    from tasks.demo_fleet import BUCKET, HOSTS, START, VICTIM
-    from tasks.seaweedfs import SeaweedFS
+    from sandbox.demo_fleet import BUCKET, HOSTS, START, VICTIM
+    from sandbox.seaweedfs import SeaweedFS
 
     env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
-        [sys.executable, "-m", "tasks.demo_fleet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "sandbox.demo_fleet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
     )
     out = run.stdout
     assert run.returncode == 0, out + run.stderr

@@ -1,4 +1,4 @@
-"""Worker hosts sharing one luigid: each host a `python -m tasks` in its own PID namespace, folder,
+"""Worker hosts sharing one luigid: each host a `python -m ops` in its own PID namespace, folder,
 HOME and TMPDIR (sandbox/hosts.py), sharing only luigid, one bucket of a real object store
 (SeaweedFS) and the sandbox. What they delivered is read from the bucket."""
 

@@ -136,5 +136,5 @@ def test_500_forks_while_the_progress_and_plan_threads_log_and_read_the_plan(san
     assert result["code"] == 0 and result["missing"] == [], text[-3000:]
     assert result["forks"] >= 500
     assert text.count(" done: ") == 500  # the progress thread printed every day
-    assert text.count("tasks.governor: cap ") >= 10, text[-3000:]  # the plan thread changed the cap and logged it
+    assert text.count("ops.steward: cap ") >= 10, text[-3000:]  # the plan thread changed the cap and logged it
     assert "Timeout" not in text and "hung" not in text

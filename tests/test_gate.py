@@ -194,7 +194,8 @@ def test_a_backoff_sleeps_as_a_region_that_waits(tmp_path):
 
 
 def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_cfg, tmp_path):
-    from tasks.governor import RESOURCE, Steward
+    from ops.steward import Steward
+    from tasks.config import RESOURCE
 
     luigi_cfg("resources", "captchaai", 4)
     luigi_cfg("captchaai", "follow_plan", "false")

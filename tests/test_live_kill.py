@@ -23,7 +23,7 @@ TMP = "-luigi-tmp-"  # luigi.LocalTarget's temporary names
 def start_backfill(tmp_path, name):
     log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (the child process's output for as long as it runs)
     return subprocess.Popen(
-        [sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP],
+        [sys.executable, "-m", "ops", "--workers", "4", "backfill", START, STOP],
         cwd=ROOT,
         env=dict(os.environ),
         stdout=log,
@@ -156,7 +156,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
     rerun_t = live.now()
     with open(tmp_path / "run3.log", "w") as log:
         code = subprocess.run(
-            [sys.executable, "-m", "tasks", "--workers", "4", "backfill", START, STOP],
+            [sys.executable, "-m", "ops", "--workers", "4", "backfill", START, STOP],
             cwd=ROOT,
             env=dict(os.environ),
             stdout=log,

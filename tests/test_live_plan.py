@@ -225,6 +225,6 @@ def test_follow_plan_false_keeps_the_fixed_cap(live, fast_cfg, cli, data_dir):
     run = cli("export", "2026-03-22")
     assert run.code == 0, run.err[-3000:]
     assert "cap: follow_plan = false: the cap stays 4" in run.err
-    assert "tasks.governor" not in run.err
+    assert "ops.steward" not in run.err
     assert live.stats()["actions"]["threadsinfo"] == 1  # the plan check only: nobody follows the plan
     assert not (data_dir / "_state" / "cap-log").exists()

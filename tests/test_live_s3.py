@@ -16,9 +16,9 @@ import time
 import psutil
 import pytest
 
-from tasks.governor import REMOTE_LEND_EVERY_S
-from tasks.scheduler import free_port
-from tasks.seaweedfs import SECRET_KEY
+from ops.steward import REMOTE_LEND_EVERY_S
+from sandbox.luigid import free_port
+from sandbox.seaweedfs import SECRET_KEY
 
 from .alert_servers import webhook  # noqa: F401 (fixture)
 from .conftest import ROOT

@@ -7,7 +7,7 @@ import luigi.execution_summary
 import luigi.retcodes
 import pytest
 
-from tasks import luigi_run
+from ops import luigi_run
 
 Status = luigi.execution_summary.LuigiStatusCode
 

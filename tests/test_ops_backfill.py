@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 from urllib.parse import parse_qs, urlsplit
 
-from tasks.cli import main
+from ops.cli import main
 
 from .conftest import ROOT
 

@@ -89,7 +89,7 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
     err = cli.output(proc)[1]
     assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
     assert (
-        "INFO: tasks.governor: cap 0 (the local scheduler's, configured 4): another consumer holds all 5 plan threads"
+        "INFO: ops.steward: cap 0 (the local scheduler's, configured 4): another consumer holds all 5 plan threads"
         in err
     )
     assert "cap 0 → 4: the plan leaves 4" in err  # during the run, once they freed

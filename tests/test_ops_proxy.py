@@ -17,9 +17,9 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tasks import scheduler_url
-from tasks.cli import main
-from tasks.scheduler import remote
+from ops import scheduler_url
+from ops.cli import main
+from ops.luigid import remote
 from tasks.secrets import scrub, url_password
 
 from .alert_servers import webhook  # noqa: F401 (fixture)

@@ -21,8 +21,8 @@ import psutil
 import pytest
 import requests
 
-from tasks.cli import scheduler_answers
-from tasks.scheduler import free_port
+from ops.cli import scheduler_answers
+from sandbox.luigid import free_port
 
 from .conftest import ROOT
 
@@ -56,7 +56,7 @@ def var(tmp_path, monkeypatch):
     monkeypatch.setenv("PORTAL_VAR_DIR", str(path))
     monkeypatch.setenv("LUIGI_SCHEDULER_URL", f"http://127.0.0.1:{free_port()}")
     yield path
-    subprocess.run([sys.executable, "-m", "tasks", "scheduler-stop"], cwd=ROOT, capture_output=True, timeout=30)
+    subprocess.run([sys.executable, "-m", "ops", "scheduler-stop"], cwd=ROOT, capture_output=True, timeout=30)
     pidfile = path / "luigid.pid"
     if pidfile.exists():  # stop failed: do not leave a daemon behind
         with contextlib.suppress(ProcessLookupError, ValueError):
@@ -222,7 +222,7 @@ def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond
     if not (ROOT / ".venv" / "bin" / "python").exists():
         pytest.skip("make test creates .venv; this runs there")
     env = {"LUIGI_SCHEDULER_URL": "http://ops:pw-1234@10.18.0.1:8082"}  # the port is what it takes from it
-    probe = [sys.executable, "-c", "import sys, tasks.scheduler as s; print(s.answers(sys.argv[1]))"]
+    probe = [sys.executable, "-c", "import sys, ops.luigid as s; print(s.answers(sys.argv[1]))"]
     listening = [
         sys.executable,
         "-c",
@@ -265,7 +265,7 @@ def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond
     [("10.255.255.1", "Cannot assign requested address"), ("no-such-host.invalid", "Name or service not known")],
 )
 def test_make_scheduler_refuses_an_address_it_cannot_listen_on_in_one_line(bind, why, var, capsys):
-    from tasks.cli import main
+    from ops.cli import main
 
     port = urlsplit(os.environ["LUIGI_SCHEDULER_URL"]).port
     assert main(["scheduler", "--bind", bind]) == 2

@@ -9,8 +9,8 @@ import pytest
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Response
 
+from ops.cli import main
 from sandbox import SANDBOX_PASSWORD, SANDBOX_USER, VARIANTS, sitekey_for
-from tasks.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = "2026-09-01"

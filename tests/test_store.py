@@ -20,8 +20,8 @@ def store(request, tmp_path):
 
 
 def s3(seaweedfs, bucket, secret=None):
+    from sandbox.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY
     from tasks import s3store
-    from tasks.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY
 
     client = s3store.ObjectClient(
         aws_access_key_id=ACCESS_KEY,

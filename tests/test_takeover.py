@@ -1,11 +1,11 @@
-"""Which DISABLED tasks died with their host (tasks/takeover.py): luigid's fields and the failure record."""
+"""Which DISABLED tasks died with their host (ops/takeover.py): luigid's fields and the failure record."""
 
 import datetime
 
+from ops.takeover import died_with_worker
 from portal_export.failures import write_failure
 from tasks import targets
 from tasks.region import RegionExport
-from tasks.takeover import died_with_worker
 
 
 def disabled(worker_running=None, time_running=1000.0):

@@ -17,9 +17,8 @@ import requests
 
 from portal_export.portal import HANDLING, Prepared, prepare
 from portal_export.portal.session import TOKEN_FIELD
-
-from . import config
-from .login import portal_login
+from tasks import config
+from tasks.login import portal_login
 
 MASK = "***"
 NO_WIDGET, NO_FORM = 1, 1

@@ -32,8 +32,9 @@ import requests
 
 from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig
 from sandbox.hosts import Host, unshare_works
+from tasks import config
 
-from . import config, scheduler
+from .luigid import ForegroundLuigid
 from .seaweedfs import SeaweedFS
 
 BUCKET = "portal-fleet-demo"
@@ -156,7 +157,7 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
     cfg = luigi.configuration.get_config()
     for key, value in FAST_DEATH.items():  # luigid's config is written from this process's
         cfg.set("scheduler", key, str(value))
-    luigid = scheduler.ForegroundLuigid(root / "luigid")
+    luigid = ForegroundLuigid(root / "luigid")
     stack.callback(luigid.stop)
     cap = int(captchaai_resource(luigid.url).split("/")[1])
     regions = config.regions()
@@ -277,7 +278,7 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tasks.demo_fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m sandbox.demo_fleet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.parse_args(argv)
     root = (Path(os.environ.get("PORTAL_VAR_DIR", "var")) / "demo-fleet").resolve()

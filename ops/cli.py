@@ -2,7 +2,7 @@
 
 Each checks its input and the configuration before any request leaves the machine, picks the
 scheduler (SCHEDULER=auto|local|central), then hands the run to Luigi (`luigi.build`), whose
-result becomes an exit code through luigi.cfg's [retcode] (tasks/luigi_run.py).
+result becomes an exit code through luigi.cfg's [retcode] (ops/luigi_run.py).
 """
 
 import argparse
@@ -30,14 +30,15 @@ from luigi.tools.range import RangeDaily
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
+from tasks import config, targets
+from tasks.base import PortalTask
+from tasks.day import DayExport
+from tasks.login import check_login
+from tasks.region import RegionExport, make_solver
+from tasks.secrets import scrub
 
-from . import alerting, config, governor, luigi_run, probe, scheduler, takeover, targets
+from . import alerting, luigi_run, luigid, probe, steward, takeover
 from . import scheduler_url as central
-from .base import PortalTask
-from .day import DayExport
-from .login import check_login
-from .region import RegionExport, make_solver
-from .secrets import scrub
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
@@ -79,7 +80,7 @@ def scheduler_url() -> str:
     return url
 
 
-scheduler_answers = scheduler.answers
+scheduler_answers = luigid.answers
 
 
 def choose_scheduler() -> str | None:
@@ -141,7 +142,7 @@ def preflight() -> None:
 
 def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
-    for resource in scheduler.remote(url).resource_list():
+    for resource in luigid.remote(url).resource_list():
         if resource["name"] == "captchaai":
             return int(resource["num_total"])
     return 1  # luigid's default for a resource its config does not declare
@@ -171,7 +172,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
         f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
         + ("ok" if not problems else "; ".join(problems))
     )
-    say(governor.describe(url, threads, working))
+    say(steward.describe(url, threads, working))
     if working >= threads:
         say(
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
@@ -195,7 +196,7 @@ def task_ids(days: Sequence[datetime.date]) -> set[str]:
 def reenable(url: str, days: Sequence[datetime.date]) -> None:
     """Let the operator's new run retry tasks luigid disabled after their one failure."""
     wanted = task_ids(days)
-    sched = scheduler.remote(url)
+    sched = luigid.remote(url)
     for task_id in sched.task_list("DISABLED", ""):
         if task_id in wanted:
             sched.re_enable_task(task_id)
@@ -216,7 +217,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
     # This process's Luigi workers, done by now: "Worker(salt=..., host=NAME, username=..., pid=N)".
     # The host too: on other hosts (in containers, say) a CLI may have the same pid.
     me = (f"host={socket.gethostname()}, ", f"pid={os.getpid()})")
-    sched = scheduler.remote(url)
+    sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
     while not all_complete(days):
@@ -246,7 +247,7 @@ def log_to_stderr() -> None:
     core = luigi.interface.core()
     if core.logging_conf_file:
         return
-    for name in ("portal_export", "tasks"):
+    for name in ("portal_export", "tasks", "ops"):
         logger = logging.getLogger(name)
         if not any(getattr(h, "portal_export_cli", False) for h in logger.handlers):
             handler = logging.StreamHandler()
@@ -312,7 +313,7 @@ def run_luigi(
         nonlocal others
         others = wait_for_other_runs(str(url), days, pending=not failed) or others
 
-    with governor.following_plan(url) as factory:  # the cap follows the plan meanwhile
+    with steward.following_plan(url) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
         if url and code != codes.already_running:  # tasks whose host died run again here, in this command
             code = takeover.Takeover(url, portal_tasks(days), say).run(
@@ -448,15 +449,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    return scheduler.start(scheduler_url(), say, args.bind)
+    return luigid.start(scheduler_url(), say, args.bind)
 
 
 def cmd_scheduler_stop(args: argparse.Namespace) -> int:
-    return scheduler.stop(say)
+    return luigid.stop(say)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tasks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__)
     parser.add_argument("--workers", type=int, default=None, help="Luigi workers (default: [core] workers)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("export", help="materialize DayExport for one day")
@@ -483,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scheduler", help="start luigid in the background, on loopback unless --bind names an address")
     p.add_argument(
         "--bind",
-        default=scheduler.LOOPBACK,
+        default=luigid.LOOPBACK,
         help="the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns",
     )
     p.set_defaults(func=cmd_scheduler)

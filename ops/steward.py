@@ -3,7 +3,7 @@
 The cap in force is the `captchaai` resource of the scheduler that grants the slots: luigid's,
 set through its `update_resource` RPC (the one the visualiser's Resources page uses), or the local
 scheduler's, in this process. Luigi creates the local scheduler inside the run; its documented hook
-for that is `luigi.build`'s `worker_scheduler_factory` (tasks/luigi_run.py), which hands the
+for that is `luigi.build`'s `worker_scheduler_factory` (ops/luigi_run.py), which hands the
 scheduler over.
 
 The scheduler's total is that cap plus one slot per region that waits (a backoff, a busy plan:
@@ -41,24 +41,18 @@ from portal_export.inflight import InFlight
 from portal_export.lease import Lease
 from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, this_host, ttl_s
 from portal_export.store import LocalStore, Store
+from tasks import config, targets
+from tasks.config import RESOURCE, RUN_STARTED, configured_cap
 
-from . import config, targets
 from .luigi_run import WorkerSchedulerFactory
-from .scheduler import remote
+from .luigid import remote
 from .scheduler_url import bare, shown
 
 log = logging.getLogger(__name__)
-RESOURCE = "captchaai"
 LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
 REMOTE_LEND_EVERY_S = 0.5
-RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"  # for the health files' seconds_below_cap; tasks inherit it
 # The run's plan check (`describe`) and its governor's first reading are one threadsinfo request.
 _checked: tuple[int, int, float] | None = None
-
-
-def configured_cap() -> int:
-    """[resources] captchaai: the ceiling, whatever the cap in force is now."""
-    return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
 
 
 class LocalCap:
@@ -346,12 +340,6 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     finally:
         os.environ.pop(RUN_STARTED, None)
         os.environ.pop(RUN_ENV, None)
-
-
-def run_started() -> float | None:
-    """When the run this task belongs to started (None outside a run of the CLI)."""
-    value = os.environ.get(RUN_STARTED)
-    return float(value) if value else None
 
 
 @contextlib.contextmanager

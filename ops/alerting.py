@@ -35,10 +35,9 @@ from portal_export import alerts as core
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
 from portal_export.store import StoreError
-
-from . import config, targets
-from .day import DayExport
-from .secrets import scrub
+from tasks import config, targets
+from tasks.day import DayExport
+from tasks.secrets import scrub
 
 PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
 NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended before it ran
@@ -74,7 +73,7 @@ def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
     "FAILED" mails (also off by `[worker] send_failure_email = false`), not its "framework error"
     mails (sent whatever that key says), not the local scheduler's "DISABLED ... due to excessive
     failures" mails. No receiver, rather than `format = none`: Luigi then skips each without a log
-    line. luigid's config turns its own mails off (tasks/scheduler.py)."""
+    line. luigid's config turns its own mails off (ops/luigid.py)."""
     return config_set("email", "receiver", "")
 
 

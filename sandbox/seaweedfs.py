@@ -20,7 +20,7 @@ from typing import Any
 import boto3
 import requests
 
-from .scheduler import free_port, wait_for
+from .luigid import free_port, wait_for
 
 WEED = Path(sys.executable).with_name("weed")
 ACCESS_KEY = "portal-export-test"
@@ -173,7 +173,7 @@ def requests_text(url: str) -> str:
 
 
 def main() -> int:
-    """`python -m tasks.seaweedfs DIR`: run one in the foreground until Ctrl-C (to try things by hand)."""
+    """`python -m sandbox.seaweedfs DIR`: run one in the foreground until Ctrl-C (to try things by hand)."""
     home = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PORTAL_VAR_DIR", "var") + "/seaweedfs")
     store = SeaweedFS(home)
     print(f"SeaweedFS S3 at {store.endpoint}; AWS_ACCESS_KEY_ID={ACCESS_KEY} (secret in {store.config})", flush=True)

@@ -29,9 +29,10 @@ import luigi.retcodes
 import luigi.scheduler
 
 from portal_export.failures import read_failure
+from tasks import targets
+from tasks.base import PortalTask
 
-from . import scheduler, targets
-from .base import PortalTask
+from . import luigid
 
 MAX_TAKEOVERS = 2  # per task and command: a host dying twice under the same task is not bad luck
 
@@ -69,7 +70,7 @@ class Takeover:
     def orphans(self) -> list[str]:
         """The DISABLED tasks of this command that died with their worker and may still be taken over."""
         found = []
-        for task_id, task in scheduler.remote(self.url).task_list("DISABLED", "").items():
+        for task_id, task in luigid.remote(self.url).task_list("DISABLED", "").items():
             wanted = task_id in self.tasks and self.taken.get(task_id, 0) < MAX_TAKEOVERS
             if wanted and died_with_worker(task, self.tasks[task_id]):
                 found.append(task_id)
@@ -85,7 +86,7 @@ class Takeover:
                 f"running them here in {wait:.0f} s ([scheduler] retry_delay)"
             )
             time.sleep(wait)
-        remote = scheduler.remote(self.url)
+        remote = luigid.remote(self.url)
         for task_id in orphans:
             if remote.re_enable_task(task_id):  # empty when another host re-enabled it first
                 self.say(f"takeover: re-enabled {self.tasks[task_id]}, whose host died while running it")

@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from .secrets import MASK
+from tasks.secrets import MASK
 
 REFUSED = (401, 403)  # the proxy's answers to missing or wrong credentials
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from portal_export.store import LocalStore, Store, read_json
 from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, sitekey_for
+from tasks.s3store import ObjectClient, S3Store
 
-from .s3store import ObjectClient, S3Store
 from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 DEMO_BUCKET = "portal-demo"
@@ -82,7 +82,7 @@ def data_dir(root: Path, kind: str) -> Iterator[tuple[str, str, dict[str, str], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tasks.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
     parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the data dir is")
     args = parser.parse_args(argv)
     root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / ("demo" if args.store == "local" else "demo-s3")
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         with open(root / "luigi.log", "w") as log:
             code = subprocess.run(
-                [sys.executable, "-m", "tasks", "backfill", *DAYS], env=env, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "ops", "backfill", *DAYS], env=env, stdout=log, stderr=subprocess.STDOUT
             ).returncode
         stats = sb.stats()
         lines, totals = summarize(store)
