@@ -21,10 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import keys
 from .alerts import RunFacts
-from .store import Store, read_json
+from .state import Chain, stamp_of, stamped
+from .store import Store
 
-PREFIX = "_state/alerts/"
+PREFIX = keys.ALERTS
 # Hosts' clocks (NTP) may disagree this much: a claim made this long before a run started still
 # covers it. Hosts of one run start within seconds of each other; runs of a command hours apart.
 CLOCK_SKEW_S = 5.0
@@ -63,13 +65,18 @@ def fingerprint(facts: RunFacts, kind: str) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _covers(record: Any, started: float) -> bool:
+def _at(record: Mapping[str, Any]) -> float:
+    """When the claim was made: its stamp (`t`, or `at` of a claim written before `t`), else 0."""
+    return stamp_of(record) or 0.0
+
+
+def _covers(record: Mapping[str, Any], started: float) -> bool:
     """Whether a claim was made while a run that started at `started` was going."""
-    return isinstance(record, Mapping) and float(record.get("at") or 0) >= started - CLOCK_SKEW_S
+    return _at(record) >= started - CLOCK_SKEW_S
 
 
 def _claim_of(record: Mapping[str, Any], ours: bool = False) -> Claim:
-    return Claim(ours, str(record.get("host") or "?"), float(record.get("at") or 0))
+    return Claim(ours, str(record.get("host") or "?"), _at(record))
 
 
 def claim(store: Store, fingerprint: str, started: float, host: str, now: float) -> Claim:
@@ -78,20 +85,20 @@ def claim(store: Store, fingerprint: str, started: float, host: str, now: float)
     OSError, ValueError or StoreError when the store cannot say: the caller then sends (twice rather
     than never).
     """
-    prefix = f"{PREFIX}{fingerprint}/"
-    keys = store.list(prefix)
-    n = 0
-    if keys:
-        last = read_json(store, keys[-1])
-        if _covers(last, started):
+    chain = Chain(store, keys.alert_claims(fingerprint))
+    newest = chain.newest()
+    n = chain.first
+    if newest is not None:
+        last = chain.read(newest, tolerate=())  # a garbled claim raises: the caller sends
+        if last is not None and _covers(last, started):
             return _claim_of(last)
-        n = int(keys[-1].rpartition("/")[2].split(".")[0]) + 1
-    record = {"host": host, "at": now}
+        n = newest + 1
+    # stamped `t`, and `at` as claims were before: a host of an earlier version reads that
+    record = stamped({"host": host}, now, legacy=True)
     while True:
-        key = f"{prefix}{n:08d}.json"  # zero-padded: the store lists them in order
-        if store.create(key, json.dumps(record).encode()):
+        if chain.create(n, record):
             return _claim_of(record, ours=True)
-        other = read_json(store, key)
-        if _covers(other, started):
+        other = chain.read(n, tolerate=())
+        if other is not None and _covers(other, started):
             return _claim_of(other)
         n += 1

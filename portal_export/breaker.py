@@ -9,10 +9,13 @@ fingerprint of the key, never the key).
 
 import hashlib
 
+from . import keys
 from .errors import KeyLevelError
-from .store import Store, read_json, write_json
+from .state import read_dict
+from .store import Store, write_json
 
-PREFIX = "_state/breaker-"
+PREFIX = keys.BREAKERS
+UNREADABLE = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}  # a garbled breaker is open
 
 
 def fingerprint(api_key: str) -> str:
@@ -25,7 +28,7 @@ class KeyBreaker:
 
     def __init__(self, store: Store, api_key: str, advice: str = "fix the key or plan") -> None:
         self.store = store
-        self.key = f"{PREFIX}{fingerprint(api_key)}.json"
+        self.key = keys.breaker(fingerprint(api_key))
         self.advice = advice
 
     @property
@@ -34,14 +37,9 @@ class KeyBreaker:
 
     def check(self) -> None:
         """Raise the code that tripped the breaker, if it has."""
-        try:
-            state = read_json(self.store, self.key)
-        except ValueError:
-            state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
+        state = read_dict(self.store, self.key, unreadable=UNREADABLE)
         if state is None:
             return
-        if not isinstance(state, dict):
-            state = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}
         raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
 
     def opened(self, detail: str) -> str:
@@ -59,11 +57,8 @@ class KeyBreaker:
         """(key, the code that tripped it; None when unreadable) of every open breaker."""
         found: list[tuple[str, str | None]] = []
         for key in store.list(PREFIX):
-            try:
-                state = read_json(store, key)
-            except ValueError:
-                state = None
-            code = state.get("code") if isinstance(state, dict) else None
+            state = read_dict(store, key)  # garbled: open, with no code to tell
+            code = None if state is None else state.get("code")
             found.append((key, None if code is None else str(code)))
         return found
 

@@ -9,14 +9,13 @@ that start then fail at once with PLAN_BUSY instead of being refused.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
-from .store import Store, read_json, write_json
-
-_serial = itertools.count()  # two changes in one microsecond of one process keep two names
+from . import keys
+from .state import read_dict, serial, stamped
+from .store import Store, write_json
 
 
 class Change(TypedDict, total=False):
@@ -48,8 +47,8 @@ class CapLog:
     what `seconds_below` needs, so counting costs one listing, not a read per change.
     """
 
-    PREFIX = "_state/cap-log/"
-    BUSY = "_state/plan-busy.json"
+    PREFIX = keys.CAP_LOG
+    BUSY = keys.PLAN_BUSY
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -57,17 +56,17 @@ class CapLog:
     def note(self, cap: int, configured: int, reason: str, run: str) -> None:
         t = time.time()
         entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "run": run}
-        write_json(self.store, f"{self.PREFIX}{t:017.6f}-{cap}-{configured}-{run}-{next(_serial)}.json", entry)
+        # the serial: two changes in one microsecond of one process keep two names
+        write_json(self.store, keys.cap_change(t, cap, configured, run, serial()), entry)
 
     def _keys(self) -> list[tuple[Change, str]]:
         out: list[tuple[Change, str]] = []
         for key in self.store.list(self.PREFIX):
-            parts = key[len(self.PREFIX) :].removesuffix(".json").split("-", 3)
-            try:
-                change: Change = {"t": float(parts[0]), "cap": int(parts[1]), "configured": int(parts[2])}
-                change["run"] = parts[3].rpartition("-")[0]
-            except (IndexError, ValueError):
+            parsed = keys.cap_change_of(key)
+            if parsed is None:
                 continue  # not one of ours
+            t, cap, configured, run = parsed
+            change: Change = {"t": t, "cap": cap, "configured": configured, "run": run}
             out.append((change, key))
         return sorted(out, key=lambda ck: ck[0]["t"])
 
@@ -76,15 +75,12 @@ class CapLog:
         return [change for change, _ in self._keys()]
 
     def last(self) -> Change | None:
-        keys = self._keys()
-        if not keys:
+        found = self._keys()
+        if not found:
             return None
-        change, key = keys[-1]
-        try:
-            entry = read_json(self.store, key)
-        except ValueError:
-            entry = None
-        return {**change, "reason": str(entry.get("reason", ""))} if isinstance(entry, dict) else change
+        change, key = found[-1]
+        entry = read_dict(self.store, key)
+        return change if entry is None else {**change, "reason": str(entry.get("reason", ""))}
 
     def seconds_below(self, start: float, end: float) -> float:
         return seconds_below(self.changes(), start, end)
@@ -94,11 +90,7 @@ class CapLog:
         if reason is None:
             self.store.delete(self.BUSY)
             return
-        write_json(self.store, self.BUSY, {"reason": reason, "t": time.time()})
+        write_json(self.store, self.BUSY, stamped({"reason": reason}))
 
     def busy(self) -> dict[str, Any] | None:
-        try:
-            state = read_json(self.store, self.BUSY)
-        except ValueError:
-            return None
-        return state if isinstance(state, dict) else None
+        return read_dict(self.store, self.BUSY)

@@ -10,28 +10,23 @@ later succeeds.
 from __future__ import annotations
 
 import socket
-import time
 from typing import Any
 
-from .store import Store, read_json, write_json
+from .state import read_dict, stamped
+from .store import Store, write_json
 
-UNREADABLE: dict[str, Any] = {"code": "UNREADABLE_FAILURE_RECORD", "detail": "", "at": 0.0}
+# Stamped `t` and, as records were before, `at` (`state.stamped`): hosts of an earlier version read that.
+UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "detail": ""}, 0.0, legacy=True)
 
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
     """Whole: a reader sees the whole record or none."""
-    write_json(store, key, {"code": code, "detail": detail, "at": time.time(), "host": socket.gethostname()})
+    write_json(store, key, stamped({"code": code, "detail": detail, "host": socket.gethostname()}, legacy=True))
 
 
 def read_failure(store: Store, key: str) -> dict[str, Any] | None:
     """The record, or None when there is none; an unreadable one still says something failed."""
-    try:
-        record = read_json(store, key)
-    except (OSError, ValueError):
-        return dict(UNREADABLE)
-    if record is None:
-        return None
-    return record if isinstance(record, dict) else dict(UNREADABLE)
+    return read_dict(store, key, unreadable=UNREADABLE, tolerate=(OSError, ValueError))
 
 
 def clear_failure(store: Store, key: str) -> None:

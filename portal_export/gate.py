@@ -25,12 +25,14 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
+from . import keys
 from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
 from .inflight import InFlight
-from .runs import MIN_TTL_S, Runs, pid_alive, split_run, this_host, ttl_s
-from .store import Store, read_json, write_json
+from .runs import MIN_TTL_S, Runs, ttl_s
+from .state import alive, read_dict, stamp_of, stamped
+from .store import Store, write_json
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +55,17 @@ class CapInForce:
 
     Honoured only while that run is alive: a dead owner's cap holds nobody back. The owner rewrites
     it every heartbeat (`t`), so the file is its own heartbeat: one GET before each submit tells the
-    cap and whether it holds (on this host the owner's pid is checked; from another, `t` against
-    the TTL, as `Runs.alive` does)."""
+    cap and whether it holds (`state.alive`, as for `Runs.alive`: on this host the owner's pid is
+    checked; from another, `t` against the TTL)."""
 
-    KEY = "_state/cap.json"
+    KEY = keys.CAP
 
     def __init__(self, store: Store, ttl: float = MIN_TTL_S) -> None:
         self.store = store
         self.ttl = ttl
 
     def write(self, cap: int, read_at: float, run: str) -> None:
-        write_json(self.store, self.KEY, {"cap": cap, "read_at": read_at, "run": run, "t": time.time()})
+        write_json(self.store, self.KEY, stamped({"cap": cap, "read_at": read_at, "run": run}))
 
     def clear(self, run: str) -> None:
         """Delete the file if `run` wrote it (a run that took over since keeps its own)."""
@@ -72,11 +74,15 @@ class CapInForce:
             self.store.delete(self.KEY)
 
     def _state(self) -> tuple[int, float, str, float] | None:
+        state = read_dict(self.store, self.KEY)
+        if state is None:
+            return None
         try:
-            state = read_json(self.store, self.KEY)
-            return int(state["cap"]), float(state["read_at"]), str(state["run"]), float(state["t"])
+            t = stamp_of(state)
+            cap, read_at, run = int(state["cap"]), float(state["read_at"]), str(state["run"])
         except (ValueError, KeyError, TypeError):
             return None
+        return None if t is None else (cap, read_at, run, t)
 
     def read(self) -> tuple[int, float] | None:
         """(cap, time of the last reading), or None when no live run follows the plan."""
@@ -84,11 +90,8 @@ class CapInForce:
         if state is None:
             return None
         cap, read_at, run, t = state
-        where = split_run(run)
-        if where is None:
-            return None
-        alive = pid_alive(where[1]) if where[0] == this_host() else time.time() - t < self.ttl
-        return (cap, read_at) if alive else None  # a killed run's cap holds nobody back
+        # a killed run's cap holds nobody back
+        return (cap, read_at) if alive(run, lambda: time.time() - t, self.ttl) else None
 
 
 class Gate:

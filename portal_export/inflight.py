@@ -14,22 +14,21 @@ reading at once: `_state/plan-poke.json`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import time
 from collections.abc import Iterator
 
-from .runs import Runs, current_run, pid_alive, split_run, this_host
-from .store import LocalStore, Store, read_json, write_json
-
-_serial = itertools.count()
+from . import keys
+from .runs import Runs, current_run
+from .state import alive, read_dict, serial, stamp_of, stamped
+from .store import LocalStore, Store, write_json
 
 # How often a wait looks again (a LIST): on a local disk well under a poll, so a freed slot is
 # taken at once; on an object store 0.25 s (4 LIST a second per waiting region instead of 50, a
 # quarter of a second at most on a slot that frees, against solves of 15 s and more).
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
-POKE = "_state/plan-poke.json"
+POKE = keys.PLAN_POKE
 REMOTE_POKE_EVERY_S = 1.0
 
 
@@ -46,12 +45,12 @@ class InFlight:
         self.store = store
         self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
         self.run = run or current_run()
-        self.prefix = f"_state/{self.kind}/"
+        self.prefix = keys.marks(self.kind)
         self.step_s = step_s(store)
         self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def mark(self) -> str:
-        key = f"{self.prefix}{self.run}-{os.getpid()}-{next(_serial)}"
+        key = keys.mark(self.kind, self.run, os.getpid(), serial())
         self.store.write(key, b"")
         return key
 
@@ -67,24 +66,27 @@ class InFlight:
         finally:
             self.unmark(key)
 
-    def _live(self, name: str, host: str, verdicts: dict[str, bool]) -> bool:
-        run, _, pid = name.rpartition("-")[0].rpartition("-")
-        where = split_run(run)
-        if where is None or not pid.isdigit():
+    def _live(self, name: str, ages: dict[str, float | None]) -> bool:
+        """A mark counts while its process lives: on this host its own pid tells; on another host,
+        its run's heartbeat (`Runs.seen_age`, read once per run and listing)."""
+        run, pid = keys.mark_of(name)
+        if not pid.isdigit():
             return False
-        if where[0] == host:
-            return pid_alive(int(pid))
-        if run not in verdicts:
-            verdicts[run] = self.runs.alive(run)
-        return verdicts[run]
+
+        def age() -> float | None:
+            if run not in ages:
+                ages[run] = self.runs.seen_age(run)
+            return ages[run]
+
+        return alive(run, age, self.runs.ttl, pid=int(pid))
 
     def names(self) -> set[str]:
         """The live marks now, by name; dead ones are deleted."""
-        live, host = set(), this_host()
-        verdicts: dict[str, bool] = {}
+        live = set()
+        ages: dict[str, float | None] = {}
         for key in self.store.list(self.prefix):
             name = key[len(self.prefix) :]
-            if self._live(name, host, verdicts):
+            if self._live(name, ages):
                 live.add(name)
             else:
                 self.store.delete(key)
@@ -95,7 +97,7 @@ class InFlight:
 
     def poke(self) -> None:
         """Ask for a plan reading now (a submit was refused for busy threads)."""
-        write_json(self.store, POKE, {"t": time.time(), "run": self.run})
+        write_json(self.store, POKE, stamped({"run": self.run}))
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
@@ -106,10 +108,10 @@ class InFlight:
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
+        state = read_dict(self.store, POKE)
         try:
-            state = read_json(self.store, POKE)
-            value = float(state["t"]) if isinstance(state, dict) else 0.0
-        except (ValueError, KeyError, TypeError):
+            value = (stamp_of(state) or 0.0) if state is not None else 0.0
+        except (ValueError, TypeError):
             value = 0.0
         self._poke_seen = (value, now)
         return value

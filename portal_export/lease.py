@@ -14,11 +14,10 @@ over.
 
 from __future__ import annotations
 
-import json
-import time
-
+from . import keys
 from .runs import Runs
-from .store import Store, read_json
+from .state import Chain, stamped
+from .store import Store
 
 KEEP = 2  # generations kept: the owner's and the one before it (for the log of who had it)
 
@@ -26,26 +25,20 @@ KEEP = 2  # generations kept: the owner's and the one before it (for the log of 
 class Lease:
     def __init__(self, store: Store, key: str, runs: Runs, run: str) -> None:
         self.store = store
-        self.prefix = f"_state/governor/{key}/"
+        self.chain = Chain(store, keys.governor_lease(key), first=1)  # generation 0: nobody held it yet
+        self.prefix = self.chain.prefix
         self.runs = runs
         self.run = run
         self.gen: int | None = None  # the generation this run holds
         self.previous: str | None = None  # the run it took the lease from
 
-    def _key(self, gen: int) -> str:
-        return f"{self.prefix}{gen:08d}.json"
-
     def newest(self) -> tuple[int, str | None]:
         """(newest generation, its run); (0, None) when nobody ever held the lease."""
-        gens = [int(name[len(self.prefix) :][:8]) for name in self.store.list(self.prefix) if name.endswith(".json")]
-        if not gens:
+        gen = self.chain.newest()
+        if gen is None:
             return 0, None
-        gen = max(gens)
-        try:
-            state = read_json(self.store, self._key(gen))
-        except ValueError:
-            state = None
-        return gen, str(state["run"]) if isinstance(state, dict) and "run" in state else None
+        state = self.chain.read(gen)
+        return gen, str(state["run"]) if state is not None and "run" in state else None
 
     def holder(self) -> str | None:
         """The run that owns the cap now, if it is alive."""
@@ -60,12 +53,10 @@ class Lease:
             return True
         if run is not None and self.runs.alive(run, fresh=True):
             return False
-        claim = json.dumps({"run": self.run, "t": time.time()}).encode()
-        if not self.store.create(self._key(gen + 1), claim):
+        if not self.chain.create(gen + 1, stamped({"run": self.run})):
             return False  # another contender won this generation
         self.gen, self.previous = gen + 1, run
-        for old in range(max(1, gen + 1 - 10), gen + 2 - KEEP):
-            self.store.delete(self._key(old))
+        self.chain.prune(gen + 1, KEEP)
         return True
 
     def held(self) -> bool:

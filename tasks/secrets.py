@@ -19,8 +19,8 @@ import luigi.configuration
 
 MASK = "***"
 # Read from the environment only, never written anywhere: every one is masked wherever text leaves.
-# SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), README "Alerts".
-# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the object store's (boto3's own variables, README "Data in an object store").
+# SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), docs/alerts.md.
+# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the object store's (boto3's own variables, docs/operations.md "Data in an object store").
 SECRET_ENV = (
     "CAPTCHAAI_API_KEY",
     "PORTAL_PASSWORD",

@@ -1,5 +1,5 @@
-"""Where everything lives: the one place that builds the data dir's store, every key in it, and
-every Luigi target.
+"""Where everything lives: the one place that builds the data dir's store and every Luigi target;
+the keys in it are spelled in `portal_export/keys.py` (the key functions here are its, for the tasks).
 
 The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its relative name (its
 key) in both. Everything a later run or another host needs is in the store: targets, day files,
@@ -17,6 +17,7 @@ import time
 
 import luigi
 
+from portal_export import keys
 from portal_export.store import LocalStore, Store
 
 from . import config
@@ -95,40 +96,16 @@ def target(key: str) -> luigi.target.FileSystemTarget:
 
 
 # ---------------------------------------------------------------------------------------- keys
+# The tasks' names for the keys portal_export/keys.py spells.
 
-
-def region_key(date: datetime.date, region: str) -> str:
-    return f"regions/{date:%Y-%m-%d}/{region}.json"
-
-
-DAY_PREFIX = "portal_records_"
-
-
-def day_records_key(date: datetime.date) -> str:
-    return f"{DAY_PREFIX}{date:%Y-%m-%d}.jsonl"
-
-
-def day_health_key(date: datetime.date) -> str:
-    return f"{DAY_PREFIX}{date:%Y-%m-%d}.health.json"
-
-
-def failed_health_key(date: datetime.date) -> str:
-    """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
-    return f"regions/{date:%Y-%m-%d}/failed.health.json"
-
-
-def failures_prefix(date: datetime.date) -> str:
-    return f"regions/{date:%Y-%m-%d}/failures/"
-
-
-def region_failure_key(date: datetime.date, region: str) -> str:
-    """The error code of the region's last failure; a folder of its own, so listings of region targets miss it."""
-    return f"{failures_prefix(date)}region-{region}.json"
-
-
-def day_failure_key(date: datetime.date) -> str:
-    """The error code of the day's last failure other than validation (that one is failed.health.json)."""
-    return f"{failures_prefix(date)}day.json"
+region_key = keys.region
+DAY_PREFIX = keys.DAY_PREFIX
+day_records_key = keys.day_records
+day_health_key = keys.day_health
+failed_health_key = keys.failed_health
+failures_prefix = keys.failures_prefix
+region_failure_key = keys.region_failure
+day_failure_key = keys.day_failure
 
 
 # How long a listing that showed a day complete answers for it: the checks that follow one another
@@ -160,5 +137,5 @@ def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
     days share (`portal_records_2026-06-`), not a bucket's years of history."""
     if not days:
         return []
-    names = set(store().list(os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in days])))
+    names = set(store().list(keys.day_objects_prefix(days)))
     return [d for d in days if day_records_key(d) in names and day_health_key(d) in names]

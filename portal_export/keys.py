@@ -1,0 +1,162 @@
+"""Every key of the data dir: the one place that spells them.
+
+A key is a relative POSIX path in the store (`store.py`), the same on a local disk and in an object
+store. Existing data dirs, other hosts and outside readers rely on these exact strings: they may
+move here, never change. `tasks/targets.py` builds the store and the Luigi targets from them; the
+state modules of the core (runs, marks, the cap, the lease, the alert claims) ask here for theirs.
+
+    portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
+    portal_records_YYYY-MM-DD.health.json         its health                } validated day
+    regions/YYYY-MM-DD/<region>.json              a region's records and solve facts
+    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
+    regions/YYYY-MM-DD/failures/region-<r>.json   failure records (`failures.py`)
+    regions/YYYY-MM-DD/failures/day.json
+    report/                                       the solve-health report (`report.py`)
+    _state/                                       what runs share, on every host:
+        breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
+        runs/<run>.json                               a run's heartbeat (`runs.py`)
+        inflight/<run>-<pid>-<n>                      a solve in flight (`inflight.py`)
+        waiting/<run>-<pid>-<n>                       a region that waits (`gate.py`)
+        cap.json                                      the cap in force (`gate.py`)
+        plan-poke.json                                a request for a plan reading now
+        plan-busy.json                                the busy-plan verdict (`caplog.py`)
+        cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
+        governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
+        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_once.py`)
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+# ------------------------------------------------------------------------------------ outputs
+
+DAY_PREFIX = "portal_records_"
+RECORDS_SUFFIX = ".jsonl"
+HEALTH_SUFFIX = ".health.json"
+REGIONS = "regions/"
+FAILED_HEALTH = "failed.health.json"
+REPORT = "report/"
+
+
+def day_records(date: datetime.date) -> str:
+    return f"{DAY_PREFIX}{date:%Y-%m-%d}{RECORDS_SUFFIX}"
+
+
+def day_health(date: datetime.date) -> str:
+    return f"{DAY_PREFIX}{date:%Y-%m-%d}{HEALTH_SUFFIX}"
+
+
+def day_objects_prefix(dates: list[datetime.date]) -> str:
+    """What the day objects' names of `dates` share (`portal_records_2026-06-`): one listing covers them all."""
+    return os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in dates])
+
+
+def region_dir(date: datetime.date) -> str:
+    return f"{REGIONS}{date:%Y-%m-%d}/"
+
+
+def region(date: datetime.date, name: str) -> str:
+    return f"{region_dir(date)}{name}.json"
+
+
+def failed_health(date: datetime.date) -> str:
+    """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
+    return f"{region_dir(date)}{FAILED_HEALTH}"
+
+
+def failures_prefix(date: datetime.date) -> str:
+    return f"{region_dir(date)}failures/"
+
+
+def region_failure(date: datetime.date, name: str) -> str:
+    """The error code of the region's last failure; a folder of its own, so listings of region targets miss it."""
+    return f"{failures_prefix(date)}region-{name}.json"
+
+
+def day_failure(date: datetime.date) -> str:
+    """The error code of the day's last failure other than validation (that one is failed.health.json)."""
+    return f"{failures_prefix(date)}day.json"
+
+
+# ------------------------------------------------------------------------------------- _state/
+
+STATE = "_state/"
+BREAKERS = f"{STATE}breaker-"  # a name's start, not a folder
+RUNS = f"{STATE}runs/"
+CAP = f"{STATE}cap.json"
+PLAN_POKE = f"{STATE}plan-poke.json"
+PLAN_BUSY = f"{STATE}plan-busy.json"
+CAP_LOG = f"{STATE}cap-log/"
+GOVERNOR = f"{STATE}governor/"
+ALERTS = f"{STATE}alerts/"
+
+
+def breaker(fingerprint: str) -> str:
+    return f"{BREAKERS}{fingerprint}.json"
+
+
+def run(run_id: str) -> str:
+    return f"{RUNS}{run_id}.json"
+
+
+def run_of(key: str) -> str:
+    """The run id of a heartbeat's key (`run`'s inverse)."""
+    return key[len(RUNS) :].removesuffix(".json")
+
+
+def marks(kind: str) -> str:
+    """The folder of one kind of mark: `inflight` (solves in flight) or `waiting` (regions that wait)."""
+    return f"{STATE}{kind}/"
+
+
+INFLIGHT = marks("inflight")
+WAITING = marks("waiting")
+
+
+def mark(kind: str, run_id: str, pid: int, n: int) -> str:
+    return f"{marks(kind)}{run_id}-{pid}-{n}"
+
+
+def mark_of(name: str) -> tuple[str, str]:
+    """(run id, pid as written) of a mark's name (its key below `marks(kind)`), `mark`'s inverse."""
+    run, _, pid = name.rpartition("-")[0].rpartition("-")
+    return run, pid
+
+
+def cap_change(t: float, cap: int, configured: int, run_id: str, n: int) -> str:
+    """One change of the cap: the name carries what counting needs (`caplog.py`)."""
+    return f"{CAP_LOG}{t:017.6f}-{cap}-{configured}-{run_id}-{n}.json"
+
+
+def cap_change_of(key: str) -> tuple[float, int, int, str] | None:
+    """(t, cap, configured, run id) of a change's key, `cap_change`'s inverse; None when it is not one."""
+    parts = key[len(CAP_LOG) :].removesuffix(".json").split("-", 3)
+    try:
+        return float(parts[0]), int(parts[1]), int(parts[2]), parts[3].rpartition("-")[0]
+    except (IndexError, ValueError):
+        return None
+
+
+def governor_lease(scheduler_key: str) -> str:
+    """The folder of the cap's lease of one scheduler: a generation chain (`state.Chain`)."""
+    return f"{GOVERNOR}{scheduler_key}/"
+
+
+def alert_claims(fingerprint: str) -> str:
+    """The folder of one alert's claims: a generation chain (`state.Chain`)."""
+    return f"{ALERTS}{fingerprint}/"
+
+
+def generation(chain: str, n: int) -> str:
+    """Generation `n` of the chain in folder `chain`: zero-padded, so the store lists them in order."""
+    return f"{chain}{n:08d}.json"
+
+
+def generation_of(chain: str, key: str) -> int | None:
+    """The number of generation `key` of the chain in folder `chain` (`generation`'s inverse); None
+    for an object that is no `.json`. ValueError when its name is no number."""
+    if not key.endswith(".json"):
+        return None
+    return int(key[len(chain) :].removesuffix(".json"))

@@ -1,0 +1,180 @@
+"""What the state objects in the store share: reading one, its time stamp, whether a run is alive,
+a chain of numbered generations, and a serial for names.
+
+The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `lease.py`,
+`alert_once.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `keys.py`.
+
+- `read_dict`: an object is a JSON dict, or nothing. Any host may find an object half-written by a
+  foreign tool, or of another shape; each caller says what a garbled one means to it.
+- The time stamp of every object is its `t` (wall-clock seconds; hosts' clocks agree through NTP).
+  Failure records and alert claims were stamped `at`: they are written with both names, so hosts
+  of an earlier version and outside readers still find `at`, and `stamp_of` reads either.
+- `alive`: the one verdict on a run (`<hostname>-<pid>`, see runs.py), or on one process of it.
+- `Chain`: numbered generations under one folder, each created once through the store's
+  conditional `create` (the cap's lease, an alert's claims).
+- `serial`: a number no other call of this process gets, for names that must not collide.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from . import keys
+from .store import Store, read_json
+
+# ------------------------------------------------------------------------------------ objects
+
+
+def read_dict(
+    store: Store,
+    key: str,
+    *,
+    unreadable: Mapping[str, Any] | None = None,
+    tolerate: tuple[type[Exception], ...] = (ValueError,),
+) -> dict[str, Any] | None:
+    """The JSON dict at `key`; None when there is no object.
+
+    An object that is no JSON dict (garbled: ValueError; or a list, a number, ...) gives a copy of
+    `unreadable`, None by default. So do the errors in `tolerate` raised by the read itself (pass
+    OSError too for a store that may fail so, `()` to let even a garbled object raise its
+    ValueError); any other error propagates.
+    """
+    try:
+        obj = read_json(store, key)
+    except tolerate:
+        return None if unreadable is None else dict(unreadable)
+    if obj is None or isinstance(obj, dict):
+        return obj
+    return None if unreadable is None else dict(unreadable)
+
+
+# -------------------------------------------------------------------------------------- stamps
+
+STAMP = "t"
+LEGACY_STAMP = "at"  # failure records' and alert claims' name for it, still written beside `t`
+
+
+def stamped(fields: Mapping[str, Any], now: float | None = None, *, legacy: bool = False) -> dict[str, Any]:
+    """`fields` with their time stamp, `now` (the wall clock when None); `legacy`: also under `at`."""
+    t = time.time() if now is None else now
+    record = {**fields, STAMP: t}
+    if legacy:
+        record[LEGACY_STAMP] = t
+    return record
+
+
+def stamp_of(record: Mapping[str, Any]) -> float | None:
+    """When `record` was written: its `t`, else its `at`; None when it has neither.
+
+    ValueError or TypeError when the stamp is no number.
+    """
+    value = record.get(STAMP)
+    if value is None:
+        value = record.get(LEGACY_STAMP)
+    return None if value is None else float(value)
+
+
+# ------------------------------------------------------------------------------------ liveness
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def split_run(run: str) -> tuple[str, int] | None:
+    """(hostname, pid) of a run id; None when it is not one."""
+    host, _, pid = run.rpartition("-")
+    return (host, int(pid)) if host and pid.isdigit() else None
+
+
+def alive(run: str, age: Callable[[], float | None], ttl: float, pid: int | None = None) -> bool:
+    """Whether `run` still goes or, given `pid`, that process of it (a task that marked a solve).
+
+    `age` is the seconds since the run's last heartbeat, None when it has none; it is asked only
+    when the verdict needs it (it may be a store request), at most once.
+    - On this host: the pid is alive (exact, and at once when it dies: nothing is asked), and
+      the run, not one process of it, still has a heartbeat (a run that ended deleted its own).
+    - On another host: the heartbeat is younger than `ttl` (a dead host stops beating; after the
+      TTL every host sees it dead).
+    - A name that is no run id is no live run.
+    """
+    where = split_run(run)
+    if where is None:
+        return False
+    host, run_pid = where
+    if host == this_host():
+        if pid is not None:
+            return pid_alive(pid)
+        return pid_alive(run_pid) and age() is not None
+    seen = age()
+    return seen is not None and seen < ttl
+
+
+# ----------------------------------------------------------------------------- generation chain
+
+
+class Chain:
+    """Numbered generations under the folder `prefix` (`keys.generation`): n + 1 follows n.
+
+    Each generation is created once, with the store's conditional `create`: of two writers of one
+    number, on any hosts, exactly one wins, and the other learns it and can read the winner's. The
+    newest generation is the one in force; what a generation means is its user's (a lease: who owns
+    the cap; an alert: who sent it). `first` is the number of the chain's first generation.
+    """
+
+    def __init__(self, store: Store, prefix: str, first: int = 0) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.first = first
+
+    def key(self, n: int) -> str:
+        return keys.generation(self.prefix, n)
+
+    def newest(self) -> int | None:
+        """The newest generation's number (one LIST); None when there is none yet.
+
+        ValueError when a `.json` object of the folder is no generation (nothing of ours writes one).
+        """
+        found = [keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
+        return max((n for n in found if n is not None), default=None)
+
+    def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
+        """Generation `n` (`read_dict`): None when absent, or garbled unless `tolerate` is ()."""
+        return read_dict(self.store, self.key(n), tolerate=tolerate)
+
+    def create(self, n: int, record: Mapping[str, Any]) -> bool:
+        """Create generation `n` holding `record`; False when it exists (another writer won it)."""
+        return self.store.create(self.key(n), json.dumps(record).encode())
+
+    def prune(self, newest: int, keep: int, reach: int = 10) -> None:
+        """Delete the generations before the `keep` newest (up to `newest`), looking `reach` back:
+        blind deletes, no listing (an earlier prune took the older ones)."""
+        for n in range(max(self.first, newest - reach), newest + 1 - keep):
+            self.store.delete(self.key(n))
+
+
+# --------------------------------------------------------------------------------------- serial
+
+_serial = itertools.count()
+
+
+def serial() -> int:
+    """A number no other call of this process gets (a forked child continues its parent's count:
+    names that must differ between processes carry the pid too)."""
+    return next(_serial)
