@@ -8,11 +8,11 @@ START ?=
 STOP ?=
 # Luigi workers for this run; empty: [core] workers from luigi.cfg
 WORKERS ?=
-# auto | local | central, see README
+# auto | local | central, see docs/configuration.md
 SCHEDULER ?= auto
 LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
-# authentication: README "luigid on a network, behind a proxy"
+# authentication: docs/operations.md "luigid on a network, behind a proxy"
 SCHEDULER_BIND ?=
 # make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
 STORE ?=
@@ -27,7 +27,7 @@ COVER_CORE ?= 95
 # make test: pytest-xdist worker processes (0: all in one process). 2: the live tests mostly wait on
 # servers; on 2 cores 8.4 min against 15.8 serially, same coverage (measured under other load)
 TEST_WORKERS ?= 2
-# make test-pythons: the Pythons the README claims
+# make test-pythons: the Pythons the README claims (docs/development.md)
 PYTHONS ?= 3.10 3.11 3.12 3.13
 
 PY := $(VENV)/bin/python

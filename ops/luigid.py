@@ -27,7 +27,7 @@ import requests
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 LOOPBACK = "127.0.0.1"
-PROXY_SECTION = "luigid on a network, behind a proxy"  # the README's section, named in the warning
+PROXY_SECTION = 'docs/operations.md "luigid on a network, behind a proxy"'  # named in the warning
 
 
 LUIGID = Path(sys.executable).with_name("luigid")
@@ -130,7 +130,7 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
         say(
             f"warning: luigid listens on {', '.join(addresses)} port {port} with no authentication: whoever "
             "reaches it can change the captchaai cap, mark tasks done and read every task's parameters; "
-            f'put it behind the authenticating proxy of README "{PROXY_SECTION}"'
+            f"put it behind the authenticating proxy of {PROXY_SECTION}"
         )
     PIDFILE.unlink(missing_ok=True)  # stale (else running_pid saw it): luigid would exit quietly on a live pid
     cfg = luigid_config(VAR / "luigid.cfg")

@@ -11,12 +11,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # A test that uses one of these starts a live server or a process (the sandbox on loopback, luigid,
 # the CLI, SeaweedFS, hosts in namespaces): marked `live`, left out by `make test-fast`.
 LIVE_FIXTURES = {"sandbox", "live", "luigid", "cli", "central", "shared_central", "hosts", "seaweedfs", "s3_data_dir"}
+# Modules whose every test does so without those fixtures (make's demos, nginx, luigid by hand, the
+# sandbox's own servers, forked CLIs), and parameters that start SeaweedFS through getfixturevalue.
+LIVE_MODULES = ("test_live_", "test_fleet", "test_ops_", "test_demo", "test_bench_invariant", "test_readme_nginx")
+LIVE_MODULES += ("test_fork_safety", "test_sandbox")
+LIVE_PARAMS = {"s3"}
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if LIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        params = set(map(str, getattr(getattr(item, "callspec", None), "params", {}).values()))
+        if (
+            LIVE_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or item.module.__name__.split(".")[-1].startswith(LIVE_MODULES)
+            or LIVE_PARAMS & params
+        ):
             item.add_marker(pytest.mark.live)
 
 

@@ -86,6 +86,7 @@ def test_importing_a_room_loads_nothing_beyond_its_arrows(module, must_not_load)
     assert done.stdout.strip() == "[]", f"importing {module} loaded {done.stdout.strip()}"
 
 
+@pytest.mark.live  # a pip build in a process of its own
 def test_the_wheel_ships_no_stand_in_and_no_test_secret(tmp_path):
     from sandbox.seaweedfs import SECRET_KEY
 
@@ -94,7 +95,18 @@ def test_the_wheel_ships_no_stand_in_and_no_test_secret(tmp_path):
     junk = (".git", ".venv*", "var", "data", "build", "*.egg-info", "__pycache__", ".*_cache", "out", ".coverage*")
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*junk))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "."],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            ".",
+        ],
         cwd=source,
         check=True,
         capture_output=True,

@@ -236,7 +236,7 @@ def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond
     warning = (
         "warning: luigid listens on 10.18.0.1 port 8082 with no authentication: whoever reaches it can change"
         " the captchaai cap, mark tasks done and read every task's parameters; put it behind the authenticating"
-        ' proxy of README "luigid on a network, behind a proxy"\n'
+        ' proxy of docs/operations.md "luigid on a network, behind a proxy"\n'
     )
     assert wide.stderr.startswith(warning) and wide.stderr.count("warning") == 1
     assert "scheduler: luigid running at http://10.18.0.1:8082 (pid " in wide.stderr

@@ -1,4 +1,4 @@
-"""The README's nginx site, run for real: taken from README.md (so the README is what is tested),
+"""The nginx site of docs/operations.md, run for real: taken from that page (so the page is what is tested),
 its addresses, file paths and upstream pointed at this test's own, in front of a real luigid.
 Without a login nginx refuses; with it, Luigi's RPC client and a whole `export` go through, as
 plain HTTP and with the site's TLS lines. Needs Debian's `nginx` (`.ci/run` installs it); skips,
@@ -17,34 +17,35 @@ import time
 import pytest
 import requests
 
-from tasks.scheduler import free_port, remote
+from ops.luigid import remote
+from sandbox.luigid import free_port
 
 from .conftest import ROOT, Luigid
 
 DAY = datetime.date(2026, 9, 3)
 USER, PASSWORD = "worker1", "3f9c1e0d7b2a46c58e1f0a9b7c6d5e4f"  # as `openssl rand -hex 16` makes one
 NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-# what the README's site names, and this test puts its own in place of
+# what the docs' site names, and this test puts its own in place of
 LISTEN, UPSTREAM = "10.0.0.5:8443", "http://127.0.0.1:8082"
 HTPASSWD, CERT, KEY = "/etc/nginx/luigid.htpasswd", "/etc/nginx/tls/scheduler.crt", "/etc/nginx/tls/scheduler.key"
 
 pytestmark = pytest.mark.skipif(
     NGINX is None,
     reason="nginx is not installed (Debian: apt-get install nginx; .ci/run installs it): "
-    "the README's nginx site was not run",
+    "the nginx site of docs/operations.md was not run",
 )
 
 
 def readme_site():
-    """The ```nginx block of the README's section on the proxy."""
-    text = (ROOT / "README.md").read_text()
+    """The ```nginx block of docs/operations.md's section on the proxy."""
+    text = (ROOT / "docs" / "operations.md").read_text()
     section = text.split("### luigid on a network, behind a proxy", 1)[1]
     (site,) = re.findall(r"```nginx\n(.*?)```", section.split("\n## ", 1)[0], re.S)
     return site
 
 
 def with_tls(site):
-    """The site as the README says to serve TLS: its commented TLS lines instead of the plain listen."""
+    """The site as docs/operations.md says to serve TLS: its commented TLS lines instead of the plain listen."""
     lines = site.splitlines()
     plain = [line for line in lines if re.fullmatch(rf"\s*listen {LISTEN};", line)]
     tls = [line for line in lines if re.fullmatch(r"\s*# (listen \S+ ssl|ssl_\w+ +\S+);", line)]
@@ -53,7 +54,7 @@ def with_tls(site):
 
 
 def htpasswd_line(user, password):
-    """As the README's `openssl passwd -6` makes it; {SSHA} (nginx reads it too) without openssl."""
+    """As docs/operations.md's `openssl passwd -6` makes it; {SSHA} (nginx reads it too) without openssl."""
     if shutil.which("openssl"):
         made = subprocess.run(
             ["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True, text=True, check=True
@@ -73,7 +74,7 @@ def nginx(tmp_path):
     def start(site, upstream):
         port = free_port()
         for placeholder in (LISTEN, UPSTREAM, HTPASSWD):
-            assert placeholder in site, f"the README's site no longer names {placeholder}"
+            assert placeholder in site, f"the site of docs/operations.md no longer names {placeholder}"
         site = site.replace(LISTEN, f"127.0.0.1:{port}").replace(UPSTREAM, upstream)
         site = site.replace(HTPASSWD, str(tmp_path / "luigid.htpasswd"))
         site = site.replace(CERT, str(tmp_path / "tls.crt")).replace(KEY, str(tmp_path / "tls.key"))
@@ -123,7 +124,7 @@ def upstream(tmp_path):
 
 def self_signed(tmp_path):
     if not shutil.which("openssl"):
-        pytest.skip("openssl is not installed (.ci/run installs it): the README's TLS lines were not run")
+        pytest.skip("openssl is not installed (.ci/run installs it): the TLS lines of docs/operations.md were not run")
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
         + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "tls.key")]
@@ -141,7 +142,7 @@ def test_the_readmes_nginx_site_refuses_without_the_login_and_carries_runs_with_
     fast_cfg({"portal": {"regions": "north"}})
     site = readme_site()
     if scheme == "https":
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(self_signed(tmp_path)))  # as the README says for a private CA
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(self_signed(tmp_path)))  # as the docs say for a private CA
         site = with_tls(site)
     port = nginx(site, upstream.url)
     base, login = f"{scheme}://127.0.0.1:{port}", f"{scheme}://{USER}:{PASSWORD}@127.0.0.1:{port}"

@@ -378,6 +378,7 @@ def run_module(*args, env=None):
     )
 
 
+@pytest.mark.live  # python -m portal_export.report in a process of its own
 def test_module_command_line(tmp_path):
     data_dir = make_dataset(tmp_path / "d")
     done = run_module(env={"PORTAL_DATA_DIR": str(data_dir)})
