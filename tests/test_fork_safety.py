@@ -18,6 +18,11 @@ from portal_export import forksafe
 from .conftest import ROOT
 
 F_SETPIPE_SZ = 1031  # Linux: a pipe of one page fills between the test's reads
+FIONREAD = 0x541B  # Linux: the bytes waiting in a pipe
+
+
+def pipe_bytes(fd):
+    return int.from_bytes(fcntl.ioctl(fd, FIONREAD, bytes(4)), sys.byteorder)
 
 
 def child_writes(stream, read_fd):
@@ -59,7 +64,10 @@ def test_a_fork_waits_for_a_threads_write_in_progress(guarded):
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     inside.wait()
-    time.sleep(0.2)  # the writer is blocked in write(2) now, holding the stream's lock
+    deadline = time.monotonic() + 10
+    while pipe_bytes(read_fd) < 4096:  # the pipe is full: the writer is blocked in write(2), holding the stream's lock
+        assert time.monotonic() < deadline, "the writer never filled the pipe"
+        time.sleep(0.005)
 
     def drain_later():
         time.sleep(0.5)

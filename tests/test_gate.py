@@ -69,7 +69,10 @@ def test_the_cap_in_force_is_the_live_runs_file_else_the_configured_cap(tmp_path
 
 def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve_ends(tmp_path):
     set_cap(tmp_path, 2, time.time())
-    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
+    refused = []  # the gate sleeps only after it counted and withdrew a solve
+    gate = Gate(
+        LocalStore(tmp_path), configured=4, plan_every_s=1.0, sleep=lambda s: (refused.append(s), time.sleep(s))
+    )
     entered = threading.Event()
 
     def third():
@@ -81,7 +84,10 @@ def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve
             assert gate.inflight.count() == 2
             waiter = threading.Thread(target=third)
             waiter.start()
-            time.sleep(0.2)
+            deadline = time.monotonic() + 10
+            while not (refused or entered.is_set()):  # its first look at the gate, whatever the verdict
+                assert time.monotonic() < deadline, "the third solve never looked at the gate"
+                time.sleep(0.005)
             assert not entered.is_set()  # at the cap: it waits
         assert entered.wait(2)  # one ended: admitted
     waiter.join()

@@ -88,11 +88,13 @@ class FakeSignals:
     def __init__(self, own=0):
         self.own = own
         self.poked = 0.0
+        self.asked = 0  # times the last poke was looked up
 
     def names(self):
         return {f"1-{n}" for n in range(self.own)}
 
     def last_poke(self):
+        self.asked += 1
         return self.poked
 
 
@@ -165,18 +167,25 @@ def test_zero_usable_threads_past_the_deadline_is_a_verdict_and_it_lifts_when_th
 
 def test_a_poke_reads_at_once_and_forbids_a_rise_on_that_reading():
     signals = FakeSignals()
-    plan = FakePlan((5, 2), (5, 0), (5, 0))
+    plan = FakePlan((5, 2), (5, 0))
     gov, changes, _ = governor(plan, signals)
     gov.every_s = 5.0  # real seconds: the loop runs in a thread here
-    gov.start()
+    applied = []
+    gov.on_read = lambda cap: applied.append(cap) if plan.calls >= 2 else None  # the poked reading, decided
+    gov.read()  # another consumer holds 2: cap 2
+    gov.start(seen=(5, 0))  # a reading that allows 4: the next one that allows it too would raise the cap
     try:
-        signals.poked = 1.0
-        for _ in range(100):
-            if plan.calls >= 2:
+        for _ in range(500):  # the loop runs, from the last poke as it stood
+            if signals.asked:
                 break
             time.sleep(0.01)
-        assert plan.calls >= 2  # read at once, not after 2.5 s
-        assert gov.cap == 2  # the reading after a refusal does not raise
+        signals.poked = 1.0
+        for _ in range(100):
+            if applied:
+                break
+            time.sleep(0.01)
+        assert applied  # read at once, not after 2.5 s
+        assert gov.cap == 2 and [n for n, _ in changes] == [2]  # the reading after a refusal does not raise
     finally:
         gov.stop()
 

@@ -45,6 +45,16 @@ def alive(proc):
         return False
 
 
+def run_processes(data_dir):
+    """The live processes of a run into `data_dir`: the CLI and every task process it forked, whenever
+    it forked it, share the environment it was started with."""
+    return [
+        p
+        for p in psutil.process_iter(["environ"])
+        if (p.info["environ"] or {}).get("PORTAL_DATA_DIR") == str(data_dir) and alive(p)
+    ]
+
+
 def final_files(data_dir):
     """{path: mtime} of every output under the data dir, temporary files left out."""
     return (
@@ -54,22 +64,20 @@ def final_files(data_dir):
     )
 
 
-def kill_run(proc, sb, data_dir):
+def kill_run(proc, data_dir):
     """SIGKILL the run's own process only, as the OOM killer or `kill -9` would; then prove its task
-    processes died with it: they write nothing more and the sandbox hears nothing more from them."""
+    processes died with it: none is left to write anything more or to ask the sandbox anything more."""
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 1  # task processes were running
     before = final_files(data_dir)
+    assert proc.pid in {p.pid for p in run_processes(data_dir)}  # the look below finds the run's processes
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()  # it is dead (the kernel signalled its children as it died): anything written later is an orphan's
     dead_at = time.time()  # file times come from a coarser clock: never later than this for earlier writes
-    wait_for(lambda: not any(alive(c) for c in children), 0.5, "the task processes to die with the run")
+    # every process of the run gone, those listed above and any forked since: no orphan polls or writes
+    wait_for(lambda: not run_processes(data_dir), 0.5, "the task processes to die with the run")
     late = [p.name for p, mtime in final_files(data_dir).items() if before.get(p) != mtime and mtime > dead_at]
     assert late == []  # an orphaned RegionExport or DayExport would have finished its file after the kill
-    time.sleep(0.1)  # requests the dead processes sent may still be on their way to the sandbox
-    quiet = sb.stats()
-    time.sleep(0.15)  # an orphan would poll every 20 ms
-    assert sb.stats()["requests"] == quiet["requests"] and sb.stats()["polls"] == quiet["polls"]
     return len(children)
 
 
@@ -117,7 +125,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
     # 1. Killed while four solves are in flight.
     run = start_backfill(tmp_path, "run1")
     wait_for(lambda: sum(t["status"] == "pending" for t in live.tasks()) >= 4, 10, "four solves in flight")
-    assert kill_run(run, live, data_dir) >= 4
+    assert kill_run(run, data_dir) >= 4
     assert_nothing_partial(live, data_dir)
     assert exported(data_dir) == set()
 
@@ -137,7 +145,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
 
     wait_for(lambda: writing_days() or run.poll() is not None, 20, "a day file")
     assert run.poll() is None, (tmp_path / "run2.log").read_text()[-3000:]  # it ended before writing a day
-    kill_run(run, live, data_dir)
+    kill_run(run, data_dir)
     assert_nothing_partial(live, data_dir)
     done_before_rerun = exported(data_dir)
     assert 4 <= len(done_before_rerun) < 16

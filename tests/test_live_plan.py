@@ -127,6 +127,7 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
     caps = "\n".join(line for line in err.splitlines() if re.search(r"cap \d+ → \d+", line))
     assert re.search(r"cap [34] → 2: .*another consumer holds (at least )?2\b", err), caps
     assert re.search(r"cap [23] → 4: the plan leaves 4: 5 threads, 1 spare, none held by others", err), caps
+    assert any(cap == 2 for _, _, cap, _ in watch.samples)  # the check below had the lowered cap to judge
     assert watch.over_the_cap() == []
     assert refused(live) <= 3, caps  # a couple when the consumer came, none when it left
     assert live.stats()["threads"]["peak"] <= 5

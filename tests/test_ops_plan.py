@@ -118,7 +118,10 @@ def test_with_follow_plan_false_saturated_threads_are_refused_and_waited_out(liv
     while not live.stats()["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE"):
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
         time.sleep(0.01)
-    time.sleep(0.3)  # the region waits, looking at the plan itself
+    looks = live.stats()["actions"]["threadsinfo"]  # the plan check's, and maybe the refusal's diagnosis
+    while live.stats()["actions"]["threadsinfo"] < looks + 2:  # the region waits, looking at the plan itself
+        assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
+        time.sleep(0.01)
     assert live.release_threads() == 5
     released = time.monotonic()
     assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]

@@ -126,7 +126,7 @@ def in_use(sb):
     return sb.stats()["threads"]["in_use"]
 
 
-def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast_cfg, luigid, cli, data_dir):
+def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast_cfg, luigid, cli, data_dir, tmp_path):
     """Overlapping ranges: shared days are solved once, and each run waits for slots and for the
     other run's work instead of exiting; 2 runs x 4 workers never put more than 4 solves in flight.
     (Luigi's summary may still list tasks the other run did as "not granted run permission" or
@@ -141,7 +141,18 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast
     deadline = time.monotonic() + 60
     while in_use(live) < 4 and time.monotonic() < deadline and None in (first.poll(), second.poll()):
         time.sleep(0.02)
-    time.sleep(0.3)  # while nothing ends, a grant beyond the cap would show as a fifth solve
+
+    def asked():  # the requests for work luigid answered: it logs each once answered
+        return (tmp_path / "luigid" / "luigid.log").read_text().count("/api/get_work")
+
+    # While nothing ends, a grant beyond the cap would be a fifth region running: luigid marks it so at
+    # the grant, which two more requests for work would have made.
+    seen = asked()
+    while asked() < seen + 2:
+        assert time.monotonic() < deadline and None in (first.poll(), second.poll()), "luigid was asked no more"
+        time.sleep(0.02)
+    running = rpc(luigid, "task_list", status="RUNNING", upstream_status="").values()
+    assert sum(t["name"] == "RegionExport" for t in running) == 4, sorted(t["display_name"] for t in running)
     live.resume_clock()
 
     codes = [first.wait(timeout=60), second.wait(timeout=60)]
