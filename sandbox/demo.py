@@ -1,6 +1,7 @@
 """`make demo`: the whole job against the built-in sandbox, through the real CLI, tasks and client.
 
-The sandbox runs at a tenth of real time (solves of a few seconds, polls every half second) and
+The sandbox runs at a tenth of real time (solves of a few seconds, polls every half second; the
+tests run it faster through DEMO_TIME_SCALE) and
 leaves one region unsolvable, so the demo shows a day passing validation with it counted. Output
 goes to var/demo/, never to the operator's data/. `--store s3` (`make demo STORE=s3`) runs the same
 three days into a bucket of a real S3-compatible store (SeaweedFS) that it starts and stops, its
@@ -25,16 +26,27 @@ from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 DEMO_BUCKET = "portal-demo"
 
 DAYS = ("2026-09-01", "2026-09-04")  # [start, stop): three days
+# The sandbox's clock against real time: a tenth, or what DEMO_TIME_SCALE says (the tests run it faster).
+TIME_SCALE_ENV = "DEMO_TIME_SCALE"
 DEMO_CFG = """\
-# Written by `make demo`: CaptchaAI's poll schedule at a tenth of real time.
+# Written by `make demo`: CaptchaAI's poll schedule at {scale:g} of real time.
 [captchaai]
-first_poll_s = 1.5
-poll_every_s = 0.5
+first_poll_s = {first_poll_s:g}
+poll_every_s = {poll_every_s:g}
 timeout_s = 30
 [portal]
-retry_base_s = 1
-retry_jitter_s = 1
+retry_base_s = {retry_s:g}
+retry_jitter_s = {retry_s:g}
 """
+
+
+def time_scale() -> float:
+    return float(os.environ.get(TIME_SCALE_ENV) or 0.1)
+
+
+def demo_cfg(scale: float) -> str:
+    """CaptchaAI's poll schedule (first poll 15 s, then every 5 s) and a 10 s backoff at `scale`."""
+    return DEMO_CFG.format(scale=scale, first_poll_s=15 * scale, poll_every_s=5 * scale, retry_s=10 * scale)
 
 
 def summarize(store: Store) -> tuple[list[str], dict[str, int]]:
@@ -88,16 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / ("demo" if args.store == "local" else "demo-s3")
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    scale = time_scale()
     cfg = SandboxConfig(
         seed=7,
-        time_scale=0.1,
+        time_scale=scale,
         solve="lognormal",
         solve_median_s=25.0,
         solve_sigma=0.35,
         unsolvable_sitekeys=frozenset({sitekey_for("east")}),
     )
     with Sandbox(cfg) as sb, data_dir(root, args.store) as (where, store_cfg, store_env, store):
-        (root / "demo.cfg").write_text(DEMO_CFG + store_cfg)
+        (root / "demo.cfg").write_text(demo_cfg(scale) + store_cfg)
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
         env = {
             **os.environ,

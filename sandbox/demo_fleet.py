@@ -1,7 +1,7 @@
 """`make demo-fleet`: three worker hosts on one luigid and one bucket; one of them dies mid-backfill.
 
-It starts a SeaweedFS (S3) with a bucket, luigid, the sandbox (at a tenth of real time) and three
-worker hosts (sandbox/hosts.py: each its own folder, HOME and TMPDIR, in a PID namespace of its
+It starts a SeaweedFS (S3) with a bucket, luigid, the sandbox (at a tenth of real time, or what
+DEMO_TIME_SCALE says) and three worker hosts (sandbox/hosts.py: each its own folder, HOME and TMPDIR, in a PID namespace of its
 own when `unshare` works here, else a process group of its own), runs one 6-day backfill on all
 three, SIGKILLs host-a's whole process tree while it solves, and prints as it goes each host's
 progress, luigid's `captchaai` resource (the visualiser's Resources page) and the solves in flight
@@ -34,6 +34,7 @@ from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig
 from sandbox.hosts import Host, unshare_works
 from tasks import config
 
+from .demo import time_scale
 from .luigid import ForegroundLuigid
 from .seaweedfs import SeaweedFS
 
@@ -46,16 +47,16 @@ KILL_AFTER = 6  # regions delivered in all before host-a dies: partway, with wor
 # luigid notices a dead host within seconds here (production: 60 s and 30 s, luigi.cfg says why)
 FAST_DEATH = {"worker_disconnect_delay": 5, "retry_delay": 2, "prune_on_get_work": "true"}
 HOST_CFG = """\
-# Written by `make demo-fleet`: CaptchaAI's poll schedule at a tenth of real time.
+# Written by `make demo-fleet`: CaptchaAI's poll schedule at {scale:g} of real time.
 [core]
 workers = {workers}
 [captchaai]
-first_poll_s = 1.0
-poll_every_s = 0.3
+first_poll_s = {first_poll_s:g}
+poll_every_s = {poll_every_s:g}
 timeout_s = 30
 [portal]
-retry_base_s = 0.5
-retry_jitter_s = 0.5
+retry_base_s = {retry_s:g}
+retry_jitter_s = {retry_s:g}
 [scheduler]
 retry_delay = {retry_delay}
 [s3]
@@ -147,8 +148,9 @@ def check_bucket(weed: SeaweedFS, prefix: str, sb: Sandbox, regions: list[str]) 
 
 def run(root: Path, stack: contextlib.ExitStack) -> int:
     namespaced = unshare_works()
+    scale = time_scale()
     sb = stack.enter_context(
-        Sandbox(SandboxConfig(seed=11, time_scale=0.1, solve="lognormal", solve_median_s=20.0, solve_sigma=0.3))
+        Sandbox(SandboxConfig(seed=11, time_scale=scale, solve="lognormal", solve_median_s=20.0, solve_sigma=0.3))
     )
     weed = SeaweedFS(root / "seaweedfs")
     stack.callback(weed.stop)
@@ -190,7 +192,15 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
             "ALERT_WEBHOOK_URL": "",  # a demo against the sandbox alerts nobody
         }
     )
-    layered = HOST_CFG.format(workers=WORKERS, retry_delay=FAST_DEATH["retry_delay"], endpoint=weed.endpoint)
+    layered = HOST_CFG.format(
+        scale=scale,
+        first_poll_s=10 * scale,
+        poll_every_s=3 * scale,
+        retry_s=5 * scale,
+        workers=WORKERS,
+        retry_delay=FAST_DEATH["retry_delay"],
+        endpoint=weed.endpoint,
+    )
     fleet = [Host(name, root / "hosts", shared, layered, namespaced=namespaced) for name in HOSTS]
     for host in fleet:
         stack.callback(host.stop)

@@ -11,9 +11,12 @@ import psutil
 
 from .conftest import ROOT
 
+# The demos' sandbox at 3/100 of real time rather than a tenth: the same runs, in a third of the time.
+FAST = {"DEMO_TIME_SCALE": "0.03"}
+
 
 def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path):
-    env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
+    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
         [sys.executable, "-m", "sandbox.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -29,7 +32,7 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
 
 
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):
-    env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
+    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
         [sys.executable, "-m", "sandbox.demo", "--store", "s3"],
         cwd=ROOT,
@@ -57,7 +60,7 @@ def test_the_fleet_demo_kills_a_host_and_what_it_says_holds_in_the_bucket(tmp_pa
     from sandbox.demo_fleet import BUCKET, HOSTS, START, VICTIM
     from sandbox.seaweedfs import SeaweedFS
 
-    env = {**os.environ, "PORTAL_VAR_DIR": str(tmp_path / "var")}
+    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
         [sys.executable, "-m", "sandbox.demo_fleet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
     )
