@@ -1,9 +1,9 @@
 """`make demo-fleet`: three worker hosts on one luigid and one bucket; one of them dies mid-backfill.
 
 It starts a SeaweedFS (S3) with a bucket, luigid, the sandbox (at a tenth of real time, or what
-DEMO_TIME_SCALE says) and three worker hosts (sandbox/hosts.py: each its own folder, HOME and TMPDIR, in a PID namespace of its
-own when `unshare` works here, else a process group of its own), runs one 6-day backfill on all
-three, SIGKILLs host-a's whole process tree while it solves, and prints as it goes each host's
+DEMO_TIME_SCALE says) and three worker hosts (sandbox/hosts.py: each its own folder, HOME and
+TMPDIR, in a PID namespace of its own when `unshare` works here, else a process group of its own),
+runs one 6-day backfill on all three, SIGKILLs host-a's whole process tree while it solves, and prints as it goes each host's
 progress, luigid's `captchaai` resource (the visualiser's Resources page) and the solves in flight
 at the sandbox; at the end which host took over what, the peak of concurrent solves against the
 cap, and whether every day is exact and complete in the bucket. It stops everything it started,
