@@ -121,6 +121,14 @@ clear-breaker: $(VENV)/.installed ## let requests with the key go out again afte
 report: $(VENV)/.installed ## solve-health table and plot from the health files in the data dir
 	$(RUN) report
 
+.PHONY: state
+state: $(VENV)/.installed ## what the data dir keeps besides the outputs: per kind how many, the oldest, the bytes
+	$(RUN) state
+
+.PHONY: prune
+prune: $(VENV)/.installed ## remove now what [portal] keep_state_days lets go; DRY_RUN=1 only prints it
+	$(RUN) prune $(if $(filter-out 0 no false,$(DRY_RUN)),--dry-run)
+
 .PHONY: scheduler
 scheduler: $(VENV)/.installed ## start luigid in the background on loopback (or SCHEDULER_BIND=ADDRESS), LUIGI_SCHEDULER_URL's port; state and history in var/
 	$(RUN) scheduler $(if $(SCHEDULER_BIND),--bind "$(SCHEDULER_BIND)")
