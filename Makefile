@@ -149,6 +149,10 @@ bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 mi
 bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker hosts under one luigid and one object store (~2 min); also into bench/results.md
 	BENCH_COMMAND="make bench-fleet" $(PY) -m bench --fleet
 
+.PHONY: bench-soak
+bench-soak: $(VENV)/.installed ## 60 nights of make export in a row into one object store: state, requests and time per night stay flat (~10 min); also into bench/results.md
+	BENCH_COMMAND="make bench-soak" $(PY) -m bench --soak
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache
