@@ -6,6 +6,7 @@ import collections
 import datetime
 import math
 import os
+import sqlite3
 from unittest import mock
 
 import pytest
@@ -258,3 +259,49 @@ def test_a_year_of_state_costs_a_night_no_more_than_a_fresh_data_dir_and_make_pr
     assert tallies["cap-log"].count == YEAR_CHANGES - old_changes + 2  # and the two nights' own
     assert tallies["alert-claims"].count == YEAR_CLAIMS - old_claims + 2
     assert tallies["cap-log"].oldest >= cutoff
+
+
+# ------------------------------------------------------------------------- luigid's history
+
+
+def seed_history(path, ages_days):
+    """luigid's history db in Luigi's own schema: one task run per age, its events that old."""
+    import sqlalchemy
+    from luigi.db_task_history import Base, TaskEvent, TaskParameter, TaskRecord
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(engine)
+    session = sqlalchemy.orm.Session(engine)
+    for i, age in enumerate(ages_days):
+        record = TaskRecord(task_id=f"DayExport_{i}", name="DayExport", host="h")
+        record.parameters = {"date": TaskParameter(name="date", value=f"2026-01-{i + 1:02d}")}
+        session.add(record)
+        session.flush()
+        for name in ("PENDING", "RUNNING", "DONE"):
+            ts = datetime.datetime.now() - datetime.timedelta(days=age)
+            session.add(TaskEvent(task_id=record.id, event_name=name, ts=ts))
+    session.commit()
+    session.close()
+    engine.dispose()
+
+
+def test_luigid_history_loses_what_is_older_than_keep_state_days_in_batches(tmp_path):
+    from ops import history
+
+    db = tmp_path / "luigid" / "history.db"
+    seed_history(db, [100, 90, 45, 31, 1, 0])
+    cutoff = history.cutoff_of(30 * DAY_S, datetime.datetime.now().timestamp())
+    assert history.prune(db, cutoff, delete=False) == (12, 4)  # DRY_RUN: counted
+    assert history.survey(db).rows == 6
+    assert history.prune(db, cutoff, batch=5) == (12, 4)  # three batches of events, one of tasks
+    found = history.survey(db)
+    assert (found.rows, found.events) == (2, 6)
+    with sqlite3.connect(db) as conn:  # and the removed runs' parameters with them
+        assert conn.execute("SELECT value FROM task_parameters ORDER BY value").fetchall() == [
+            ("2026-01-05",),
+            ("2026-01-06",),
+        ]
+    assert found.oldest > datetime.datetime.now() - datetime.timedelta(days=2)
+    assert history.prune(db, cutoff) == (0, 0)
+    assert history.survey(tmp_path / "none.db") is None and history.prune(tmp_path / "none.db", cutoff) == (0, 0)
