@@ -314,6 +314,7 @@ def soak_mode(out_dir, command, started, t0):
     ok, verdict = soak.verdict(nights)
     report = "\n".join(
         [
+            "```",
             f"command: {command}",
             f"run: {started:%Y-%m-%d %H:%M} UTC, {(time.monotonic() - t0) / 60:.1f} min, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, load average at end {os.getloadavg()[0]:.2f}",
@@ -321,10 +322,13 @@ def soak_mode(out_dir, command, started, t0):
             f"{config.TIME_SCALE:g}, cap 4; keep_state_days = {soak.KEEP_S:g} s; another consumer holds 2 threads "
             f"every {soak.OTHER_EVERY}rd night; night {soak.KILLED} SIGKILLed and run again; night {soak.FAILED} "
             "fails validation. Requests: the store's own counters, per night.",
+            "```",
             "",
             soak.table(nights),
             "",
+            "```",
             verdict,
+            "```",
         ]
     )
     print(report)

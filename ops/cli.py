@@ -130,6 +130,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
+    keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 

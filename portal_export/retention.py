@@ -26,7 +26,6 @@ records, and `make state` (`survey`).
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -261,7 +260,3 @@ def survey(store: Store) -> dict[str, Tally]:
             if kind is not None:
                 tallies[kind.name].add(entry)
     return tallies
-
-
-def now() -> float:
-    return time.time()

@@ -305,3 +305,56 @@ def test_luigid_history_loses_what_is_older_than_keep_state_days_in_batches(tmp_
     assert found.oldest > datetime.datetime.now() - datetime.timedelta(days=2)
     assert history.prune(db, cutoff) == (0, 0)
     assert history.survey(tmp_path / "none.db") is None and history.prune(tmp_path / "none.db", cutoff) == (0, 0)
+
+
+# ---------------------------------------------------------------------------- the cap log's window
+
+
+def test_a_window_reads_the_cap_log_from_its_lookback_on_and_counts_as_the_whole_log_does(tmp_path):
+    store = CountingStore(tmp_path)
+    log = CapLog(store)
+    now = 1_800_000_000.0
+    with mock.patch("portal_export.caplog.time.time") as clock:
+        for age_h, cap in ((300, 2), (200, 4), (7, 2), (3, 3), (1, 4)):
+            clock.return_value = now - age_h * 3600
+            log.note(cap, 4, "plan", "run-1")
+    start = now - 2 * 3600
+    window = log.changes(start)
+    assert [c["cap"] for c in window] == [2, 3, 4]  # from 6 hours before the window on: 7, 3 and 1 h ago
+    assert log.seconds_below(start, now) == 3600.0  # cap 3 from 2 h to 1 h ago
+    from portal_export.caplog import seconds_below
+
+    assert seconds_below(log.changes(), start, now) == 3600.0  # as the whole log says
+    store.counts.clear()
+    log.changes(start)
+    assert (store.counts["list"], store.counts["listed"]) == (1, 3)
+
+
+def test_the_owner_notes_its_cap_again_within_the_lookback(tmp_path):
+    from portal_export import caplog
+
+    log = CapLog(LocalStore(tmp_path))
+    with mock.patch("portal_export.caplog.time.time") as clock:
+        clock.return_value = 1000.0
+        log.still(3, 4, "run-1")  # nothing noted yet by this owner: nothing to repeat
+        assert log.changes() == []
+        log.note(3, 4, "plan", "run-1")
+        clock.return_value = 1000.0 + caplog.RENOTE_S - 1
+        log.still(3, 4, "run-1")
+        assert len(log.changes()) == 1
+        clock.return_value = 1000.0 + caplog.RENOTE_S
+        log.still(3, 4, "run-1")
+        assert [c["t"] for c in log.changes()] == [1000.0, 1000.0 + caplog.RENOTE_S]
+        assert caplog.RENOTE_S < caplog.LOOKBACK_S / 2
+
+
+@pytest.mark.parametrize("days", ["0", "-1"])
+def test_a_keep_state_days_that_cannot_work_is_one_line_before_the_run(monkeypatch, luigi_cfg, capsys, days):
+    from ops.cli import main
+
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    luigi_cfg("portal", "keep_state_days", days)
+    assert main(["export", "2026-01-01"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: [portal] keep_state_days = {float(days)}: give a positive number of days"
+    )
