@@ -6,7 +6,10 @@ import collections
 import datetime
 import math
 import os
+import shutil
 import sqlite3
+import tempfile
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -188,12 +191,19 @@ def seed_year(store, now):
 
 
 @pytest.fixture
-def night_env(test_tasks_env, data_dir, luigi_cfg):
+def night_env(test_tasks_env, luigi_cfg, tmp_path, monkeypatch):
+    """A counting store for the night's data dir: on tmpfs where there is one (the year's 21,000
+    files take a quarter of the time they take on disk)."""
     luigi_cfg("portal", "keep_state_days", 30)
-    where = str(data_dir)
+    shm = "/dev/shm"
+    data_dir = Path(tempfile.mkdtemp(dir=shm if os.access(shm, os.W_OK) else tmp_path))
+    monkeypatch.setenv("PORTAL_DATA_DIR", str(data_dir))
     store = CountingStore(data_dir)
-    with mock.patch.dict(targets._stores, {where: store}):
-        yield store
+    try:
+        with mock.patch.dict(targets._stores, {str(data_dir): store}):
+            yield store
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture
