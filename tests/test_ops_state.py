@@ -137,3 +137,21 @@ def test_a_store_that_does_not_answer_is_the_one_line_error_of_every_command(cli
         assert "Traceback" not in run.err
         lines.append(errors[0])
     assert len(set(lines)) == 1  # make state and make prune say what clear-breaker says
+
+
+def test_a_night_removes_its_share_of_old_state_itself(live, cli, data_dir):
+    """`make export` prunes at its end: old changes of dead runs and old claims go, the newest
+    change and the day's outputs stay, with no `make prune`."""
+    store = LocalStore(data_dir)
+    seed_local(store, time.time())
+    run = cli("export", "2026-01-06")
+    assert run.code == 0, run
+    assert store.exists(keys.day_records(DAY + datetime.timedelta(days=1)))
+    changes = store.list(keys.CAP_LOG)
+    assert not [k for k in changes if any(f"gone-host-{i}-" in k for i in (0, 1, 2))]
+    assert [k for k in changes if "gone-host-3-" in k]  # 2 days old: kept
+    assert store.list(keys.ALERTS) == [keys.generation(keys.alert_claims(f"{2:024x}"), 0)]  # the day-old one
+    # breakers of keys this run does not use (it has the sandbox's): gone, 100 days after they tripped
+    assert store.list(keys.BREAKERS) == []
+    # never a region target; failure records only by make prune (a night lists no region folder)
+    assert store.exists(keys.region(DAY, "south")) and store.exists(keys.region_failure(DAY, "north"))
