@@ -10,8 +10,8 @@ A claim covers every run that was going when it was made: a run that started lat
 or the operator's rerun after a fix) is a new run, and claims the next key of the fingerprint's
 chain (`_state/alerts/<fingerprint>/<n>.json`), so the same failure again is alerted again, once.
 Only the two newest claims of a chain are kept, and `retention.py` removes claims older than
-`keep_state_days`. The claim comes before the sending: a host dying between the two loses that alert (at most once,
-never twice).
+`keep_state_days`. The claim comes before the sending: a host dying between the two loses that
+alert (at most once, never twice).
 """
 
 from __future__ import annotations

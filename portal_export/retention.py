@@ -83,7 +83,8 @@ class Policy:
 
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
         """The keys of `found` (one listing of `kind`, in key order) that may go. `complete`: the
-        listing holds the kind's every object (so its newest cap-log change, its chains' newest)."""
+        listing ran to the end of what it covers, so its last lease chain is whole (its newest
+        generation listed); a cap-log listing's last change is kept either way."""
         if kind is CAP_LOG:
             return self._cap_log(found)
         if kind is ALERTS:
