@@ -121,6 +121,14 @@ clear-breaker: $(VENV)/.installed ## let requests with the key go out again afte
 report: $(VENV)/.installed ## solve-health table and plot from the health files in the data dir
 	$(RUN) report
 
+.PHONY: state
+state: $(VENV)/.installed ## what the data dir keeps besides the outputs: per kind how many, the oldest, the bytes
+	$(RUN) state
+
+.PHONY: prune
+prune: $(VENV)/.installed ## remove now what [portal] keep_state_days lets go; DRY_RUN=1 only prints it
+	$(RUN) prune $(if $(filter-out 0 no false,$(DRY_RUN)),--dry-run)
+
 .PHONY: scheduler
 scheduler: $(VENV)/.installed ## start luigid in the background on loopback (or SCHEDULER_BIND=ADDRESS), LUIGI_SCHEDULER_URL's port; state and history in var/
 	$(RUN) scheduler $(if $(SCHEDULER_BIND),--bind "$(SCHEDULER_BIND)")
@@ -140,6 +148,10 @@ bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 mi
 .PHONY: bench-fleet
 bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker hosts under one luigid and one object store (~2 min); also into bench/results.md
 	BENCH_COMMAND="make bench-fleet" $(PY) -m bench --fleet
+
+.PHONY: bench-soak
+bench-soak: $(VENV)/.installed ## 60 nights of make export in a row into one object store: state, requests and time per night stay flat (~10 min); also into bench/results.md
+	BENCH_COMMAND="make bench-soak" $(PY) -m bench --soak
 
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)

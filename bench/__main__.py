@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sandbox.seaweedfs import SeaweedFS
 
-from . import config, metrics, runner, table
+from . import config, metrics, runner, soak, table
 from .config import Case
 
 YEAR = datetime.date(2025, 1, 1)
@@ -308,6 +308,35 @@ def scale_mode(out_dir, only=None):
     return columns, text
 
 
+def soak_mode(out_dir, command, started, t0):
+    """make bench-soak: its table and verdict, printed and written to results.md; 1 when a target is missed."""
+    nights = soak.run(out_dir)
+    ok, verdict = soak.verdict(nights)
+    report = "\n".join(
+        [
+            "```",
+            f"command: {command}",
+            f"run: {started:%Y-%m-%d %H:%M} UTC, {(time.monotonic() - t0) / 60:.1f} min, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, load average at end {os.getloadavg()[0]:.2f}",
+            f"{soak.NIGHTS} nights of `python -m ops export DAY` into one SeaweedFS bucket, sandbox at time scale "
+            f"{config.TIME_SCALE:g}, cap 4; keep_state_days = {soak.KEEP_S:g} s; another consumer holds 2 threads "
+            f"every {soak.OTHER_EVERY}rd night; night {soak.KILLED} SIGKILLed and run again; night {soak.FAILED} "
+            "fails validation. Requests: the store's own counters, per night.",
+            "```",
+            "",
+            soak.table(nights),
+            "",
+            "```",
+            verdict,
+            "```",
+        ]
+    )
+    print(report)
+    table.write_results("soak", report)
+    say(f"written to {table.RESULTS}")
+    return 0 if ok else 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -317,6 +346,7 @@ def main(argv=None):
         "--plan-only", action="store_true", help="only the another-consumer pair (not written to results.md)"
     )
     parser.add_argument("--fleet", action="store_true", help="the cap-14 backfill on 1, 2 and 3 hosts instead")
+    parser.add_argument("--soak", action="store_true", help="60 nights of make export in a row instead (bench/soak.py)")
     parser.add_argument(
         "--only", help="with --scale: only these runs (comma-separated names), not written to results.md"
     )
@@ -331,6 +361,8 @@ def main(argv=None):
         columns, text = plan_mode(args.out, args.days)
         print(text)
         return 0
+    if args.soak:
+        return soak_mode(args.out, command, started, t0)
     if args.scale and args.fleet:
         parser.error("--scale and --fleet: give one")
     unknown = sorted(set((args.only or "").split(",")) - {c.name for c in SCALE} - {""})

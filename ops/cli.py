@@ -37,7 +37,7 @@ from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
 from tasks.secrets import scrub
 
-from . import alerting, luigi_run, luigid, probe, steward, takeover
+from . import alerting, history, keeping, luigi_run, luigid, probe, steward, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -130,6 +130,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
+    keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 
@@ -324,6 +325,7 @@ def run_luigi(
                 settle=settle,
                 done=lambda: all_complete(days),
             )
+    keeping.nightly()  # the run's bounded share of removing old state
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its
     # status then says nothing went wrong, or "not granted run permission" for tasks done by
     # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
@@ -449,7 +451,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    return luigid.start(scheduler_url(), say, args.bind)
+    url = scheduler_url()
+    keep = keeping.keep_s()
+    events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))
+    if tasks or events:
+        say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
+    return luigid.start(url, say, args.bind)
+
+
+def show(message: str) -> None:
+    """A command's answer (make state, make prune), on stdout: errors and warnings stay on stderr."""
+    print(scrub(message), flush=True)
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    return keeping.cmd_state(show)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    return keeping.cmd_prune(show, args.dry_run)
 
 
 def cmd_scheduler_stop(args: argparse.Namespace) -> int:
@@ -480,6 +500,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_clear_breaker)
     p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("state", help="what the data dir keeps besides the outputs: count, oldest, bytes per kind")
+    p.set_defaults(func=cmd_state)
+    p = sub.add_parser("prune", help="remove now what [portal] keep_state_days lets go")
+    p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+    p.set_defaults(func=cmd_prune)
     probe.add_parser(sub, parse_day)
     p = sub.add_parser("scheduler", help="start luigid in the background, on loopback unless --bind names an address")
     p.add_argument(

@@ -275,6 +275,8 @@ class Steward:
                         self._step_down()
                     elif self._read is not None:
                         self.cap_file.write(*self._read, self.run)  # still in force: the owner lives
+                    if self._owner and self.cap is not None:
+                        self.caplog.still(self.cap, self.configured, self.run)  # within the log's lookback
                 except Exception:  # the store or CaptchaAI did not answer: the next heartbeat tries again
                     log.exception("cap: heartbeat failed; trying again at the next one")
 

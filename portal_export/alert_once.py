@@ -9,8 +9,9 @@ the others print who sent it.
 A claim covers every run that was going when it was made: a run that started later (tomorrow's,
 or the operator's rerun after a fix) is a new run, and claims the next key of the fingerprint's
 chain (`_state/alerts/<fingerprint>/<n>.json`), so the same failure again is alerted again, once.
-The claim comes before the sending: a host dying between the two loses that alert (at most once,
-never twice).
+Only the two newest claims of a chain are kept, and `retention.py` removes claims older than
+`keep_state_days`. The claim comes before the sending: a host dying between the two loses that
+alert (at most once, never twice).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ PREFIX = keys.ALERTS
 # Hosts' clocks (NTP) may disagree this much: a claim made this long before a run started still
 # covers it. Hosts of one run start within seconds of each other; runs of a command hours apart.
 CLOCK_SKEW_S = 5.0
+KEEP = 2  # claims kept per chain
 EARLIER = " (earlier run)"  # how a host marks a failure older than its own start: not part of the fingerprint
 
 
@@ -97,6 +99,9 @@ def claim(store: Store, fingerprint: str, started: float, host: str, now: float)
     record = stamped({"host": host}, now, legacy=True)
     while True:
         if chain.create(n, record):
+            # the chain keeps its two newest claims (a host racing for the one before still finds it
+            # taken): a failure alerted every night lists two objects, not one per night
+            chain.prune(n, KEEP, reach=KEEP)
             return _claim_of(record, ours=True)
         other = chain.read(n, tolerate=())
         if other is not None and _covers(other, started):

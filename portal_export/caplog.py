@@ -1,5 +1,10 @@
 """Every change of the cap in force, kept in the data dir's `_state/cap-log/`, and the busy-plan verdict.
 
+A night reads only the window it needs: the names start with the time, so a listing that starts
+after `LOOKBACK_S` before the window skips the older changes, however many nights left them. The
+cap in force at a window's start is the newest change before it: the run that owns the cap notes it
+again every `RENOTE_S` while it holds it (`still`), so that change is always within the lookback.
+
 One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, and the `run` that set
 it: `<hostname>-<pid>`, see runs.py): `make plan` shows the last one with its host, and the health
 files count from them the time a region (and its day) ran below the configured cap.
@@ -16,6 +21,10 @@ from typing import Any, TypedDict
 from . import keys
 from .state import read_dict, serial, stamped
 from .store import Store, write_json
+
+# How far before a window the log is read: the cap in force at its start was noted within it.
+LOOKBACK_S = 6 * 3600.0
+RENOTE_S = LOOKBACK_S / 3
 
 
 class Change(TypedDict, total=False):
@@ -52,16 +61,25 @@ class CapLog:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._noted: float | None = None  # when this object last noted a change
 
     def note(self, cap: int, configured: int, reason: str, run: str) -> None:
         t = time.time()
         entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "run": run}
         # the serial: two changes in one microsecond of one process keep two names
         write_json(self.store, keys.cap_change(t, cap, configured, run, serial()), entry)
+        self._noted = t
 
-    def _keys(self) -> list[tuple[Change, str]]:
+    def still(self, cap: int, configured: int, run: str) -> None:
+        """The owner's cap is still in force: noted again once `RENOTE_S` passed since its last note."""
+        if self._noted is not None and time.time() - self._noted >= RENOTE_S:
+            self.note(cap, configured, "still in force", run)
+
+    def _keys(self, since: float | None) -> list[tuple[Change, str]]:
+        """The changes from `LOOKBACK_S` before `since` on (one listing that skips the older ones); all when None."""
         out: list[tuple[Change, str]] = []
-        for key in self.store.list(self.PREFIX):
+        start_after = "" if since is None else keys.cap_changes_from(since - LOOKBACK_S)
+        for key in self.store.list(self.PREFIX, start_after):
             parsed = keys.cap_change_of(key)
             if parsed is None:
                 continue  # not one of ours
@@ -70,12 +88,14 @@ class CapLog:
             out.append((change, key))
         return sorted(out, key=lambda ck: ck[0]["t"])
 
-    def changes(self) -> list[Change]:
-        """Every change, oldest first, without its reason (read `last()` for that)."""
-        return [change for change, _ in self._keys()]
+    def changes(self, since: float | None = None) -> list[Change]:
+        """The changes that `seconds_below` needs for windows from `since` on (every one kept when
+        None: tests, `make state`), oldest first, without their reason (read `last()` for that)."""
+        return [change for change, _ in self._keys(since)]
 
     def last(self) -> Change | None:
-        found = self._keys()
+        """The newest change of the last `LOOKBACK_S`: a run that owns the cap noted one within it."""
+        found = self._keys(time.time())
         if not found:
             return None
         change, key = found[-1]
@@ -83,7 +103,7 @@ class CapLog:
         return change if entry is None else {**change, "reason": str(entry.get("reason", ""))}
 
     def seconds_below(self, start: float, end: float) -> float:
-        return seconds_below(self.changes(), start, end)
+        return seconds_below(self.changes(start), start, end)
 
     def set_busy(self, reason: str | None) -> None:
         """Declare the plan busy past the deadline (a reason), or no longer (None)."""

@@ -130,6 +130,12 @@ def cap_change(t: float, cap: int, configured: int, run_id: str, n: int) -> str:
     return f"{CAP_LOG}{t:017.6f}-{cap}-{configured}-{run_id}-{n}.json"
 
 
+def cap_changes_from(t: float) -> str:
+    """Where the changes from `t` on begin: a listing that starts after it skips every older one
+    (the names start with the time, zero-padded, so they sort by it)."""
+    return f"{CAP_LOG}{t:017.6f}"
+
+
 def cap_change_of(key: str) -> tuple[float, int, int, str] | None:
     """(t, cap, configured, run id) of a change's key, `cap_change`'s inverse; None when it is not one."""
     parts = key[len(CAP_LOG) :].removesuffix(".json").split("-", 3)

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .errors import ExportError
 
@@ -26,6 +26,18 @@ from .errors import ExportError
 class StoreError(ExportError):
     """The store cannot be used: no such bucket, refused credentials, an endpoint that does not
     answer, a malformed location. `code` names the cause; the message names the store, never a secret."""
+
+
+class Entry(NamedTuple):
+    """An object as a listing shows it: what `make state` counts and pruning dates without a read."""
+
+    key: str
+    size: int
+    modified: float  # wall-clock seconds of its last write
+
+
+Entries = list[Entry]  # named here: inside a store, `list` is its method
+Keys = list[str]
 
 
 class Store(Protocol):
@@ -51,8 +63,13 @@ class Store(Protocol):
         """Remove `key`; nothing when it is not there."""
         ...
 
-    def list(self, prefix: str) -> list[str]:
-        """Every key under `prefix` (a folder, `a/b/`, or a name's start), sorted."""
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        """Every key under `prefix` (a folder, `a/b/`, or a name's start), sorted; given `start_after`
+        (a key), only those after it: a listing that skips what sorts before it (S3's StartAfter)."""
+        ...
+
+    def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
+        """`list`'s first `limit` objects (all when None), with their sizes and times."""
         ...
 
 
@@ -125,7 +142,20 @@ class LocalStore:
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
 
-    def list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        return [key for key in self._walk(prefix) if key > start_after]
+
+    def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
+        found = []
+        for key in self.list(prefix, start_after)[:limit]:
+            try:
+                st = self.path(key).stat()
+            except FileNotFoundError:
+                continue  # deleted since the listing
+            found.append(Entry(key, st.st_size, st.st_mtime))
+        return found
+
+    def _walk(self, prefix: str) -> Keys:
         folder = prefix.rpartition("/")[0]
         base = self.root / folder if folder else self.root
         keys = []

@@ -68,6 +68,10 @@ class portal(luigi.Config):
         default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
     )
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
+    keep_state_days = luigi.FloatParameter(
+        default=30.0,
+        description="days the pipeline keeps its own state (shared state, failure records, luigid history) after last use",
+    )
     login_path = luigi.Parameter(
         default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
     )

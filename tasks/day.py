@@ -60,15 +60,15 @@ class DayExport(PortalTask):
             read = pool.map(lambda region: read_json(store, targets.region_key(self.date, region)), regions)
             facts: dict[str, dict[str, Any]] = dict(zip(regions, read, strict=True))
         self.progress(50)
-        # Time under a lowered cap, from one listing of the cap log: each region's while it ran
+        # Time under a lowered cap, from one listing of the cap log's window: each region's while it ran
         # (counted here, off the regions' CaptchaAI slots), and the day's from the start of the run
         # that completes it (its regions waiting for a slot included).
-        changes = CapLog(store).changes()
+        starts = [f["started_at"] for f in facts.values() if "started_at" in f]
+        started = config.run_started() or min(starts, default=time.time())
+        changes = CapLog(store).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
-        starts = [f["started_at"] for f in facts.values() if "started_at" in f]
-        started = config.run_started() or min(starts, default=time.time())
         below = seconds_below(changes, started, time.time())
         health = day_health(self.date, regions, facts, below)
         try:

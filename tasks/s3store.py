@@ -32,7 +32,7 @@ import luigi.contrib.s3
 import tenacity
 from urllib3 import PoolManager
 
-from portal_export.store import StoreError
+from portal_export.store import Entries, Entry, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -251,14 +251,25 @@ class S3Store:
     def delete(self, key: str) -> None:
         self._retry(lambda: self.client.api.delete_object(Bucket=self.bucket, Key=self.prefix + key), f"deleting {key}")
 
-    def list(self, prefix: str) -> list[str]:
-        def keys() -> list[str]:
-            pages = self.client.api.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
-            return [obj["Key"][len(self.prefix) :] for page in pages for obj in page.get("Contents", ())]
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
+        return [entry.key for entry in self.entries(prefix, start_after)]
 
-        return sorted(self._retry(keys, f"listing {prefix or '/'}"))
+    def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after:
+            args["StartAfter"] = self.prefix + start_after
+        if limit is not None:  # no more pages than the limit needs
+            args["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
+
+        def found() -> Entries:
+            pages = self.client.api.get_paginator("list_objects_v2").paginate(**args)
+            return [
+                Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
+                for page in pages
+                for obj in page.get("Contents", ())
+            ]
+
+        return sorted(self._retry(found, f"listing {prefix or '/'}"))
 
     def check(self) -> None:
         """Before any other request of a run: the bucket is there and the credentials are taken.

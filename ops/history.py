@@ -1,0 +1,107 @@
+"""luigid's task history of `make scheduler` (var/luigid/history.db), kept `keep_state_days`.
+
+Luigi's DbTaskHistory writes three tables through SQLAlchemy (luigi/db_task_history.py): `tasks`
+(one row per task run), `task_events` (PENDING, RUNNING, DONE... with their `ts`, local time, as
+Luigi writes it) and `task_parameters`. Events older than the cutoff go, then the tasks left with no
+event and their parameters: in batches, each its own short transaction, so the luigid writing beside
+it waits at most one batch (SQLite's busy timeout covers that).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy
+from luigi.db_task_history import TaskEvent, TaskParameter, TaskRecord
+
+from .luigid import VAR
+
+BATCH = 1000
+
+
+def db_path() -> Path:
+    return VAR / "luigid" / "history.db"
+
+
+def _engine(path: Path) -> sqlalchemy.engine.Engine:
+    return sqlalchemy.create_engine(f"sqlite:///{path}", connect_args={"timeout": 30})
+
+
+def cutoff_of(keep_s: float, now: float) -> datetime.datetime:
+    """The cutoff as Luigi stamps its events: naive local time."""
+    return datetime.datetime.fromtimestamp(now - keep_s)
+
+
+@dataclass
+class History:
+    rows: int  # task runs
+    events: int
+    oldest: datetime.datetime | None
+    size: int
+
+
+def survey(path: Path) -> History | None:
+    """What the history holds; None when there is none (luigid never ran with it here)."""
+    if not path.exists():
+        return None
+    engine = _engine(path)
+    try:
+        tables = set(sqlalchemy.inspect(engine).get_table_names())
+        if TaskEvent.__tablename__ not in tables:
+            return History(0, 0, None, path.stat().st_size)
+        with engine.connect() as conn:
+            rows = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(TaskRecord.__table__)).scalar()
+            events, oldest = conn.execute(
+                sqlalchemy.select(sqlalchemy.func.count(), sqlalchemy.func.min(TaskEvent.ts))
+            ).one()
+    finally:
+        engine.dispose()
+    if isinstance(oldest, str):  # SQLite hands back the text when the column's type is not declared alike
+        oldest = datetime.datetime.fromisoformat(oldest)
+    return History(int(rows or 0), int(events or 0), oldest, path.stat().st_size)
+
+
+def prune(path: Path, cutoff: datetime.datetime, delete: bool = True, batch: int = BATCH) -> tuple[int, int]:
+    """(events, task runs) older than `cutoff` removed, or with `delete=False` counted only."""
+    if not path.exists():
+        return 0, 0
+    engine = _engine(path)
+    try:
+        if TaskEvent.__tablename__ not in set(sqlalchemy.inspect(engine).get_table_names()):
+            return 0, 0
+        if not delete:
+            with engine.connect() as conn:
+                events = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).where(TaskEvent.ts < cutoff)).scalar()
+                # a task run goes once its newest event is older than the cutoff
+                newest = (
+                    sqlalchemy.select(TaskEvent.task_id)
+                    .group_by(TaskEvent.task_id)
+                    .having(sqlalchemy.func.max(TaskEvent.ts) < cutoff)
+                    .subquery()
+                )
+                tasks = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(newest)).scalar()
+            return int(events or 0), int(tasks or 0)
+        events = tasks = 0
+        old = sqlalchemy.select(TaskEvent.id).where(TaskEvent.ts < cutoff).limit(batch).scalar_subquery()
+        while True:
+            with engine.begin() as conn:
+                n = conn.execute(sqlalchemy.delete(TaskEvent).where(TaskEvent.id.in_(old))).rowcount
+            events += n
+            if n < batch:
+                break
+        no_event = ~sqlalchemy.exists().where(TaskEvent.task_id == TaskRecord.id)
+        orphans = sqlalchemy.select(TaskRecord.id).where(no_event).limit(batch)
+        while True:
+            with engine.begin() as conn:
+                ids = [row[0] for row in conn.execute(orphans)]
+                if ids:
+                    conn.execute(sqlalchemy.delete(TaskParameter).where(TaskParameter.task_id.in_(ids)))
+                    conn.execute(sqlalchemy.delete(TaskRecord).where(TaskRecord.id.in_(ids)))
+            tasks += len(ids)
+            if len(ids) < batch:
+                break
+        return events, tasks
+    finally:
+        engine.dispose()
