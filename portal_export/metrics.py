@@ -267,5 +267,5 @@ class Metrics:
                 "1 while a key or login breaker is open (make clear-breaker once fixed), else 0.",
                 int(any(k.startswith(keys.BREAKERS) for k in state)),
             ),
-            gauge("state_objects", "Objects under _state/.", len(state)),
+            gauge("state_objects", f"Objects under {keys.STATE}.", len(state)),
         ]
