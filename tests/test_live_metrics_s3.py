@@ -5,6 +5,8 @@ import datetime
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import requests
+
 from ops import metrics as ops_metrics
 from portal_export import keys
 from portal_export.metrics import Metrics, Settings
@@ -49,3 +51,30 @@ def test_a_scrape_of_two_years_of_days_in_a_bucket_costs_listings_and_no_get(sea
     assert second == first
     # the day objects (two pages), _state/, and each missing day of the window's folder
     assert used == {"LIST": 2 + 1 + len(MISSING)}, used
+
+
+def test_make_metrics_server_serves_a_bucket(cli, seaweedfs, s3_data_dir):
+    from .test_ops_monitoring import CONTRACT, serving
+
+    bucket, prefix = s3_data_dir.removeprefix("s3://").split("/", 1)
+    client = seaweedfs.client()
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    for n in (2, 1):
+        d = today - datetime.timedelta(days=n)
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_records(d)}", Body=b'{"a": 1}\n')
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_health(d)}", Body=json.dumps(health(3, 1)).encode())
+    client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.breaker('ab12')}", Body=b'{"code": "ERROR_WRONG_USER_KEY"}')
+
+    proc, url = serving(cli)
+    text = requests.get(url, timeout=10).text
+    assert {n for n in CONTRACT if f"\n{n}" in text or f"\n{n}{{" in text} == CONTRACT, text
+    for line in [
+        "portal_export_store_up 1.0",
+        "portal_export_days_missing 33.0",
+        'portal_export_solves_total{outcome="solved"} 6.0',
+        'portal_export_solves_total{outcome="unsolvable"} 2.0',
+        "portal_export_breaker_open 1.0",
+        "portal_export_state_objects 1.0",
+    ]:
+        assert line + "\n" in text, (line, text)
+    assert seaweedfs.env(s3_data_dir)["AWS_SECRET_ACCESS_KEY"] not in text + "".join(cli.output(proc))
