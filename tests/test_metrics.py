@@ -225,3 +225,39 @@ def test_a_bad_port_is_refused(port):
 def test_ports_are_numbers():
     assert ops_metrics.parse_port("9464") == 9464
     assert ops_metrics.parse_port("0") == 0
+
+
+def test_another_hosts_solves_count_while_its_run_beats_and_garbled_objects_count_nothing(store):
+    runs = Runs(store)
+    runs.beat("otherhost-123")  # alive: a fresh heartbeat
+    write_json(store, keys.run("otherhost-456"), {"t": time.time() - 600})  # dead: older than the TTL
+    for n, run in enumerate(["otherhost-123", "otherhost-123", "otherhost-456", "otherhost-789"]):
+        store.write(keys.mark("inflight", run, 1000 + n, n), b"")
+    complete(store, day(3), health(4, 0, rows=5))
+    store.write(keys.day_records(day(2)), b"")
+    store.write(keys.day_health(day(2)), b"{not json")  # complete, but its health says nothing
+    store.write(f"{keys.DAY_PREFIX}notes.txt", b"")  # no day object
+    found = values(Metrics(store, SETTINGS, clock=lambda: NOW).collect())
+    assert found["portal_export_solves_in_flight"] == 2
+    assert found["portal_export_solves_total{outcome=solved}"] == 4
+    assert found["portal_export_last_complete_day_timestamp_seconds"] == midnight_utc(day(2))
+    assert found["portal_export_last_day_unsolvable_ratio"] == 0
+    assert "portal_export_last_day_p95_solve_seconds" not in found
+
+
+def test_luigids_collector_counts_a_task_that_failed_before_it_ran():
+    from types import SimpleNamespace
+
+    from ops.luigid_metrics import LuigidMetrics
+
+    collector = LuigidMetrics()
+    never_ran = SimpleNamespace(family="RegionExport", params={}, time_running=None, updated=1.0)
+    collector.handle_task_failed(never_ran)  # Luigi's own collector raises TypeError here
+    collector.handle_task_disabled(never_ran, None)
+    ran = SimpleNamespace(family="RegionExport", params={}, time_running=1.0, updated=3.5)
+    collector.handle_task_failed(ran)
+    text = collector.generate_latest().decode()
+    assert 'luigi_task_failed_total{family="RegionExport"} 2.0' in text
+    assert 'luigi_task_disabled_total{family="RegionExport"} 1.0' in text
+    assert 'luigi_task_execution_time_seconds{family="RegionExport"} 2.5' in text
+    assert "portal_export_store_up 1.0" in text  # the data dir's metrics ride along
