@@ -8,7 +8,8 @@ contract's ("Metrics"); no label holds a date, a key or a secret.
 A scrape's cost stays bounded however many years of days the store holds:
 - one listing of the day objects (S3 answers 1,000 names a page: a page per ~500 days) and one of
   `_state/`; a complete day's health never changes, so it is read once per process and kept (a few
-  numbers per day), as is its write time;
+  numbers per day), as is its write time. (`retry-unsolvable` rebuilds a day: it deletes the day's
+  objects first, for as long as the solves take, and a scrape that finds the day gone forgets it);
 - one listing per day of the window that is not complete (is its last run a failure?);
 - a GET of `cap.json` and of each run heartbeat that a solve in flight on another host belongs to.
 Nothing is written or deleted: a scrape never changes what runs see.
@@ -170,6 +171,9 @@ class Metrics:
         s = self.settings
         days = self.complete_days()
         complete = set(days)
+        for gone in self._days.keys() - complete:  # set aside by retry-unsolvable: read it again when rebuilt
+            del self._days[gone]
+            self._written.pop(gone, None)
         window = self.window()
         missing = [d for d in window if d not in complete]
         state = self.store.list(keys.STATE)

@@ -261,3 +261,17 @@ def test_luigids_collector_counts_a_task_that_failed_before_it_ran():
     assert 'luigi_task_disabled_total{family="RegionExport"} 1.0' in text
     assert 'luigi_task_execution_time_seconds{family="RegionExport"} 2.5' in text
     assert "portal_export_store_up 1.0" in text  # the data dir's metrics ride along
+
+
+def test_a_day_rebuilt_by_retry_unsolvable_is_read_again(store):
+    complete(store, day(2), health(3, 1, rows=9))
+    m = Metrics(store, SETTINGS, clock=lambda: NOW)
+    assert values(m.collect())["portal_export_solves_total{outcome=unsolvable}"] == 1
+    for key in (keys.day_records(day(2)), keys.day_health(day(2))):  # set aside while its region is solved again
+        store.delete(key)
+    assert values(m.collect())["portal_export_days_missing"] == 35
+    complete(store, day(2), health(4, 0, rows=11))
+    found = values(m.collect())
+    assert found["portal_export_solves_total{outcome=unsolvable}"] == 0
+    assert found["portal_export_solves_total{outcome=solved}"] == 4
+    assert found["portal_export_last_day_rows"] == 11
