@@ -14,6 +14,9 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
 # authentication: docs/operations.md "luigid on a network, behind a proxy"
 SCHEDULER_BIND ?=
+# make metrics-server: GET /metrics on this address and port (docs/monitoring.md)
+METRICS_PORT ?= 9464
+METRICS_BIND ?= 127.0.0.1
 # make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
 STORE ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
@@ -136,6 +139,10 @@ scheduler: $(VENV)/.installed ## start luigid in the background on loopback (or 
 .PHONY: scheduler-stop
 scheduler-stop: $(VENV)/.installed ## stop the luigid started by make scheduler
 	$(RUN) scheduler-stop
+
+.PHONY: metrics-server
+metrics-server: $(VENV)/.installed ## serve GET /metrics (Prometheus) from the data dir until stopped, on METRICS_BIND:METRICS_PORT (127.0.0.1:9464)
+	$(RUN) metrics-server --port "$(METRICS_PORT)" --bind "$(METRICS_BIND)"
 
 .PHONY: bench
 bench: $(VENV)/.installed ## the pipeline against the sandbox beside two baselines, into an object store, then another consumer on the key (~9 min); tables also in bench/results.md

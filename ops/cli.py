@@ -476,6 +476,18 @@ def cmd_scheduler_stop(args: argparse.Namespace) -> int:
     return luigid.stop(say)
 
 
+def cmd_metrics_server(args: argparse.Namespace) -> int:
+    from . import metrics  # prometheus_client: only this command needs it
+
+    try:
+        port = metrics.parse_port(args.port)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if not args.bind.strip():
+        raise UsageError("METRICS_BIND is empty: give an address (127.0.0.1 by default)")
+    return metrics.serve(port, args.bind.strip(), say)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__)
     parser.add_argument("--workers", type=int, default=None, help="Luigi workers (default: [core] workers)")
@@ -515,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
     p.set_defaults(func=cmd_scheduler_stop)
+    p = sub.add_parser("metrics-server", help="serve GET /metrics (Prometheus) from the data dir until stopped")
+    p.add_argument("--port", default="9464", help="the port (make metrics-server METRICS_PORT=...); 0: any free one")
+    p.add_argument("--bind", default=luigid.LOOPBACK, help="the address (METRICS_BIND=...); loopback by default")
+    p.set_defaults(func=cmd_metrics_server)
     return parser
 
 

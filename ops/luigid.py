@@ -24,6 +24,8 @@ import luigi.configuration
 import luigi.rpc
 import requests
 
+from tasks import config, targets
+
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 LOOPBACK = "127.0.0.1"
@@ -31,6 +33,10 @@ PROXY_SECTION = 'docs/operations.md "luigid on a network, behind a proxy"'  # na
 
 
 LUIGID = Path(sys.executable).with_name("luigid")
+# luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md)
+METRICS_IMPORT = "ops.luigid_metrics.LuigidMetrics"
+# [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
+S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
 
 def answers(url: str) -> bool:
@@ -61,6 +67,19 @@ def luigid_config(
     for section in ("resources", "scheduler"):
         cfg[section] = dict(client.items(section)) if client.has_section(section) else {}
     cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
+    cfg["scheduler"].setdefault("metrics_collector", "custom")
+    cfg["scheduler"].setdefault("metrics_custom_import", METRICS_IMPORT)
+    # what the portal_export_* metrics read: the data dir (absolute: luigid runs in its home) and
+    # the numbers they are compared with
+    portal = config.portal()
+    cfg["portal"] = {
+        "data_dir": data_dir(),
+        "max_unsolvable_ratio": str(portal.max_unsolvable_ratio),
+        "metrics_window_days": str(portal.metrics_window_days),
+    }
+    cfg["captchaai"] = {"plan_every_s": str(config.captchaai().plan_every_s)}
+    if client.has_section("s3"):
+        cfg["s3"] = {k: v for k, v in client.items("s3") if k not in S3_CREDENTIALS}
     cfg["scheduler"]["record_task_history"] = str(history).lower()
     cfg["scheduler"]["state_path"] = str(home / "state.pickle")
     if history:
@@ -78,6 +97,17 @@ def luigid_config(
         f.write("# Written by `make scheduler` from luigi.cfg (and LUIGI_CONFIG_PATH); edit those instead.\n")
         cfg.write(f)
     return path
+
+
+def data_dir() -> str:
+    """The data dir, as luigid (in its own working directory) must be told it."""
+    where = config.data_dir_text()
+    return where if targets.is_remote(where) else str(Path(where).resolve())
+
+
+def environment(cfg: Path) -> dict[str, str]:
+    """luigid's environment: ours (credentials for an object store among it), its config, the data dir absolute."""
+    return {**os.environ, "LUIGI_CONFIG_PATH": str(cfg), "PORTAL_DATA_DIR": data_dir()}
 
 
 def running_pid() -> int | None:
@@ -155,7 +185,7 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
             str(port),
         ],
         cwd=VAR,
-        env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+        env=environment(cfg),
         check=True,
     )
     for _ in range(100):

@@ -48,6 +48,17 @@ def day_health(date: datetime.date) -> str:
     return f"{DAY_PREFIX}{date:%Y-%m-%d}{HEALTH_SUFFIX}"
 
 
+def day_of(key: str) -> tuple[datetime.date, str] | None:
+    """(date, suffix) of a day object's key (`day_records`, `day_health`); None when it is not one."""
+    if not key.startswith(DAY_PREFIX):
+        return None
+    stem = key[len(DAY_PREFIX) :]
+    try:
+        return datetime.date.fromisoformat(stem[:10]), stem[10:]
+    except ValueError:
+        return None
+
+
 def day_objects_prefix(dates: list[datetime.date]) -> str:
     """What the day objects' names of `dates` share (`portal_records_2026-06-`): one listing covers them all."""
     return os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in dates])

@@ -59,6 +59,10 @@ class Store(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def modified(self, key: str) -> float | None:
+        """When the object was last written (Unix time), or None when there is none."""
+        ...
+
     def delete(self, key: str) -> None:
         """Remove `key`; nothing when it is not there."""
         ...
@@ -138,6 +142,12 @@ class LocalStore:
 
     def exists(self, key: str) -> bool:
         return self.path(key).exists()
+
+    def modified(self, key: str) -> float | None:
+        try:
+            return self.path(key).stat().st_mtime
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)

@@ -1,14 +1,13 @@
 """luigid in the foreground on a free loopback port, configured as `make scheduler` configures it
 (ops/luigid.py): for the tests, the demos and the bench."""
 
-import os
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ops.luigid import LUIGID, answers, luigid_config
+from ops.luigid import LUIGID, answers, environment, luigid_config
 
 
 def free_port() -> int:
@@ -43,7 +42,7 @@ class ForegroundLuigid:
             self.proc = subprocess.Popen(
                 [str(LUIGID), "--address", "127.0.0.1", "--port", str(port), "--state-path", str(self.state_path)],
                 cwd=self.home,
-                env={**os.environ, "LUIGI_CONFIG_PATH": str(cfg)},
+                env=environment(cfg),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order

@@ -75,6 +75,9 @@ class portal(luigi.Config):
     login_path = luigi.Parameter(
         default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
     )
+    metrics_window_days = luigi.IntParameter(
+        default=35, description="/metrics counts missing and failed days among this many days before today (UTC)"
+    )
 
 
 class alerts(luigi.Config):

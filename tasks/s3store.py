@@ -248,6 +248,18 @@ class S3Store:
     def exists(self, key: str) -> bool:
         return self.client.exists(self.location(key))
 
+    def modified(self, key: str) -> float | None:
+        def head() -> float | None:
+            try:
+                answer = self.client.api.head_object(Bucket=self.bucket, Key=self.prefix + key)
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in MISSING:
+                    return None
+                raise
+            return float(answer["LastModified"].timestamp())
+
+        return self._retry(head, f"checking {key}")
+
     def delete(self, key: str) -> None:
         self._retry(lambda: self.client.api.delete_object(Bucket=self.bucket, Key=self.prefix + key), f"deleting {key}")
 

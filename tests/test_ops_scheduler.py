@@ -106,6 +106,15 @@ def test_make_scheduler_starts_once_on_loopback_persists_state_and_history_and_s
         events = set(db.execute("select t.name, e.event_name from tasks t join task_events e on e.task_id = t.id"))
     assert {("DayExport", "DONE"), ("RegionExport", "RUNNING"), ("RegionExport", "DONE")} <= events
     day_id = next(i for i, t in rpc(url, "task_list", status="DONE").items() if t["name"] == "DayExport")
+    metrics = requests.get(f"{url}/metrics", timeout=10).text  # Luigi's task counters and the data dir's
+    for line in [
+        'luigi_task_done_total{family="DayExport"} 1.0',
+        'luigi_task_done_total{family="RegionExport"} 1.0',
+        'portal_export_solves_total{outcome="solved"} 1.0',
+        "portal_export_cap_configured 3.0",
+        "portal_export_store_up 1.0",
+    ]:
+        assert line + "\n" in metrics, (line, metrics)
 
     stopped = cli("scheduler-stop")
 

@@ -1,0 +1,137 @@
+"""`make metrics-server`, and the collector luigid's `/metrics` shares with it (`ops/luigid_metrics.py`).
+
+The values are `portal_export.metrics` read from the configured data dir at scrape time; this
+module only turns them into `prometheus_client` families. A scrape that cannot read the store
+still answers: `portal_export_store_up 0` and no other `portal_export_*` value, so an alert can
+say "the store" rather than "the target is down".
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_wsgi_server
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from portal_export.errors import ExportError
+from portal_export.metrics import PREFIX, Metrics, Settings
+from portal_export.runs import ttl_s
+from portal_export.store import LocalStore, Store
+from tasks import config, targets
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9464  # the port Prometheus's exporter list gives OpenTelemetry's exporters; METRICS_PORT
+# A scrape waits this long for an object store that does not answer (a run waits [portal]
+# store_retry_s): Prometheus's own scrape timeout is 10 s by default.
+STORE_RETRY_S = 3.0
+
+
+def settings() -> Settings:
+    """The configured numbers the metrics compare with (luigi.cfg, the layered file, the environment)."""
+    days = config.portal().metrics_window_days
+    if days < 1:
+        raise config.ConfigError(f"[portal] metrics_window_days = {days}: give at least 1")
+    return Settings(
+        configured_cap=config.configured_cap(),
+        max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
+        window_days=days,
+        ttl_s=ttl_s(config.captchaai().plan_every_s),
+    )
+
+
+def data_store() -> Store:
+    """The data dir's store for scrapes: as a run's (`targets.store`), with a short outage bound."""
+    where = config.data_dir_text()
+    if not targets.is_remote(where):
+        return LocalStore(where)
+    from tasks.s3store import S3Store
+
+    return S3Store(where, retry_s=STORE_RETRY_S)
+
+
+class PortalExportCollector(Collector):
+    """The `portal_export_*` families, computed at each scrape; one scrape at a time (the day cache is shared)."""
+
+    def __init__(self, make: Callable[[], Metrics] | None = None) -> None:
+        self._make = make or (lambda: Metrics(data_store(), settings()))
+        self._metrics: Metrics | None = None
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            started = time.monotonic()
+            try:
+                if self._metrics is None:
+                    self._metrics = self._make()
+                found = self._metrics.collect()
+            except (ExportError, OSError, ValueError) as err:  # StoreError, config.ConfigError among them
+                log.warning("metrics: the data dir could not be read: %s", err)
+                found, up = [], 0
+            else:
+                up = 1
+            yield gauge("store_up", "1 when the last scrape read the data dir, 0 when its store failed.", up)
+            yield gauge(
+                "scrape_duration_seconds",
+                "What reading the data dir took for this scrape.",
+                time.monotonic() - started,
+            )
+        for m in found:
+            family = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(
+                m.name, m.help, labels=sorted({k for labels, _ in m.samples for k in labels})
+            )
+            for labels, value in m.samples:
+                family.add_metric([labels[k] for k in sorted(labels)], value)
+            yield family
+
+
+def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, help, value=value)
+
+
+def registry() -> CollectorRegistry:
+    """A registry of the portal_export collector alone (no process or Python metrics of the server)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(PortalExportCollector())
+    return reg
+
+
+def parse_port(text: str) -> int:
+    """METRICS_PORT: 0 (any free port, said at start) to 65535; ValueError with the reason otherwise."""
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise ValueError(f"METRICS_PORT={text!r}: give a port number from 1 to 65535 (0: any free port)")
+    return int(text)
+
+
+def serve(port: int, bind: str, say: Callable[[str], None], stop: threading.Event | None = None) -> int:
+    """Serve GET /metrics on `bind`:`port` until SIGTERM or SIGINT (or `stop`); 0 then."""
+    settings()  # a bad [portal] metrics_window_days: said now, not at each scrape
+    targets.check_store()  # a missing bucket or refused credentials: one line, before serving
+    try:
+        server, thread = start_wsgi_server(port, bind, registry())
+    except OSError as err:
+        say(f"error: metrics-server cannot listen on {bind} port {port}: {err.strerror or err}")
+        return 2
+    host, bound = str(server.server_address[0]), server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    say(f"metrics: serving http://{shown}:{bound}/metrics from {targets.where()} (stop with Ctrl-C or SIGTERM)")
+    done = stop or threading.Event()
+
+    def finish(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, finish)
+        signal.signal(signal.SIGINT, finish)
+    done.wait()
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+    say("metrics: stopped")
+    return 0

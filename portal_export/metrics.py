@@ -1,0 +1,275 @@
+"""What Prometheus sees of a deployment, read from the data dir's store at scrape time.
+
+Every value comes from the store (day files, failure records, `_state/`), so it survives restarts,
+needs no push, and is the same whichever host or process reads it: `make metrics-server` and
+luigid's `/metrics` (`ops/metrics.py`) both serve `Metrics.collect()`. Names and meanings are the
+contract's ("Metrics"); no label holds a date, a key or a secret.
+
+A scrape's cost stays bounded however many years of days the store holds:
+- one listing of the day objects (S3 answers 1,000 names a page: a page per ~500 days) and one of
+  `_state/`; a complete day's health never changes, so it is read once per process and kept (a few
+  numbers per day), as is its write time. (`retry-unsolvable` rebuilds a day: it deletes the day's
+  objects first, for as long as the solves take, and a scrape that finds the day gone forgets it);
+- one listing per day of the window that is not complete (is its last run a failure?);
+- a GET of `cap.json` and of each run heartbeat that a solve in flight on another host belongs to.
+Nothing is written or deleted: a scrape never changes what runs see.
+
+promtool's linter finds one thing in them: `days_missing` and `days_failed` hold "days", which it
+reads as a unit (they count days; the contract names them so).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import keys
+from .gate import CapInForce
+from .runs import MIN_TTL_S, Runs
+from .state import alive, read_dict
+from .store import Store
+
+PREFIX = "portal_export_"
+DEFAULT_WINDOW_DAYS = 35
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the deployment is configured to do: the numbers the metrics are compared with."""
+
+    configured_cap: int  # [resources] captchaai
+    max_unsolvable_ratio: float  # [portal] max_unsolvable_ratio
+    window_days: int = DEFAULT_WINDOW_DAYS  # [portal] metrics_window_days
+    ttl_s: float = MIN_TTL_S  # a run's heartbeat older than this on another host: dead (runs.ttl_s)
+
+
+@dataclass
+class Metric:
+    """One metric family: `kind` is "gauge" or "counter" (its name then ends in `_total`)."""
+
+    name: str
+    kind: str
+    help: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DayFacts:
+    """What the metrics keep of a complete day's health file."""
+
+    solves: int
+    unsolvable: int
+    unsolvable_ratio: float
+    p95_solve_seconds: float | None
+    rows: int
+    submits: int
+    refused_tokens: int
+    busy_waits: int
+    transient_errors: Mapping[str, int]
+
+    @classmethod
+    def of(cls, health: Mapping[str, Any] | None) -> DayFacts:
+        """From a health record; an unreadable one (garbled, of another shape) counts nothing."""
+        h = health or {}
+        errors: Counter[str] = Counter()
+        regions = h.get("regions")
+        for region in regions.values() if isinstance(regions, dict) else ():
+            codes = region.get("transient_errors") if isinstance(region, dict) else None
+            errors.update(str(code) for code in codes or ())
+        p95 = h.get("p95_solve_seconds")
+        try:
+            return cls(
+                solves=int(h.get("solves", 0)),
+                unsolvable=int(h.get("unsolvable", 0)),
+                unsolvable_ratio=float(h.get("unsolvable_ratio", 0.0)),
+                p95_solve_seconds=None if p95 is None else float(p95),
+                rows=int(h.get("rows", 0)),
+                submits=int(h.get("submits", 0)),
+                refused_tokens=int(h.get("refused_tokens", 0)),
+                busy_waits=int(h.get("busy_waits", 0)),
+                transient_errors=dict(errors),
+            )
+        except (TypeError, ValueError):
+            return cls(0, 0, 0.0, None, 0, 0, 0, 0, {})
+
+
+def midnight_utc(day: datetime.date) -> float:
+    return datetime.datetime.combine(day, datetime.time(), datetime.timezone.utc).timestamp()
+
+
+class Metrics:
+    """The `portal_export_*` metrics of one store; keep one per process so its cache serves every scrape."""
+
+    def __init__(self, store: Store, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self._days: dict[datetime.date, DayFacts] = {}  # complete days: their health never changes
+        self._written: dict[datetime.date, float | None] = {}
+
+    # ------------------------------------------------------------------------------ reading
+
+    def complete_days(self) -> list[datetime.date]:
+        """Every complete day (both day objects there), oldest first: one listing."""
+        found: dict[datetime.date, set[str]] = {}
+        for key in self.store.list(keys.DAY_PREFIX):
+            parsed = keys.day_of(key)
+            if parsed is not None:
+                found.setdefault(parsed[0], set()).add(parsed[1])
+        return sorted(d for d, suffixes in found.items() if {keys.RECORDS_SUFFIX, keys.HEALTH_SUFFIX} <= suffixes)
+
+    def facts(self, day: datetime.date) -> DayFacts:
+        if day not in self._days:
+            self._days[day] = DayFacts.of(read_dict(self.store, keys.day_health(day)))
+        return self._days[day]
+
+    def written(self, day: datetime.date) -> float | None:
+        """When the complete day's files were written: the later of the two."""
+        if self._written.get(day) is None:
+            stamps = [self.store.modified(k) for k in (keys.day_records(day), keys.day_health(day))]
+            self._written[day] = max((t for t in stamps if t is not None), default=None)
+        return self._written[day]
+
+    def window(self) -> list[datetime.date]:
+        """today − N … today − 1, UTC."""
+        today = datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc).date()
+        return [today - datetime.timedelta(days=n) for n in range(self.settings.window_days, 0, -1)]
+
+    def failed(self, day: datetime.date) -> bool:
+        """The day's last run failed: a failure record, or the health of a day that failed validation."""
+        failures = keys.failures_prefix(day)
+        return any(
+            k == keys.failed_health(day) or k.startswith(failures) for k in self.store.list(keys.region_dir(day))
+        )
+
+    def in_flight(self, state: Iterable[str]) -> int:
+        """Live marks of solves in flight, over all hosts (as `inflight.InFlight` counts them, deleting none)."""
+        runs = Runs(self.store, self.settings.ttl_s)
+        ages: dict[str, float | None] = {}
+        count = 0
+        for key in state:
+            if not key.startswith(keys.INFLIGHT):
+                continue
+            run, pid = keys.mark_of(key[len(keys.INFLIGHT) :])
+
+            def age(run: str = run) -> float | None:
+                if run not in ages:
+                    ages[run] = runs.age(run)
+                return ages[run]
+
+            count += pid.isdigit() and alive(run, age, runs.ttl, pid=int(pid))
+        return count
+
+    # ---------------------------------------------------------------------------- the metrics
+
+    def collect(self) -> list[Metric]:
+        """Every metric now. A store error propagates (the caller reports the store as down)."""
+        s = self.settings
+        days = self.complete_days()
+        complete = set(days)
+        for gone in self._days.keys() - complete:  # set aside by retry-unsolvable: read it again when rebuilt
+            del self._days[gone]
+            self._written.pop(gone, None)
+        window = self.window()
+        missing = [d for d in window if d not in complete]
+        state = self.store.list(keys.STATE)
+        cap_seen = CapInForce(self.store, s.ttl_s).read() if keys.CAP in state else None
+        facts = [self.facts(d) for d in days]
+        errors: Counter[str] = Counter()
+        for f in facts:
+            errors.update(f.transient_errors)
+
+        def gauge(name: str, help: str, value: float | None) -> Metric:
+            return Metric(PREFIX + name, "gauge", help, [] if value is None else [({}, value)])
+
+        def counter(name: str, help: str, value: float) -> Metric:
+            return Metric(PREFIX + name, "counter", help, [({}, value)])
+
+        newest = days[-1] if days else None
+        last = self.facts(newest) if newest else None
+        return [
+            gauge(
+                "last_success_timestamp_seconds",
+                "When the newest complete day's files were written (Unix time).",
+                self.written(newest) if newest else None,
+            ),
+            gauge(
+                "last_complete_day_timestamp_seconds",
+                "The newest complete day, as midnight UTC of that date (Unix time).",
+                midnight_utc(newest) if newest else None,
+            ),
+            gauge(
+                "days_missing",
+                "Days of the window (today - metrics_window_days ... today - 1, UTC) with no complete day.",
+                len(missing),
+            ),
+            gauge(
+                "days_failed",
+                "Days of the window whose last run failed (a failure record or a failed health file).",
+                sum(self.failed(d) for d in missing),
+            ),
+            gauge(
+                "metrics_window_seconds",
+                "[portal] metrics_window_days in seconds: the window of days_missing and days_failed.",
+                s.window_days * 86400,
+            ),
+            Metric(
+                PREFIX + "solves_total",
+                "counter",
+                "Solves recorded in the complete days' health files, by outcome.",
+                [
+                    ({"outcome": "solved"}, sum(f.solves for f in facts)),
+                    ({"outcome": "unsolvable"}, sum(f.unsolvable for f in facts)),
+                ],
+            ),
+            counter("submits_total", "CaptchaAI submits of the complete days.", sum(f.submits for f in facts)),
+            counter(
+                "refused_tokens_total",
+                "Tokens the portal refused in the complete days.",
+                sum(f.refused_tokens for f in facts),
+            ),
+            counter(
+                "busy_waits_total",
+                "Submits refused for busy plan threads and waited out, in the complete days.",
+                sum(f.busy_waits for f in facts),
+            ),
+            Metric(
+                PREFIX + "transient_errors_total",
+                "counter",
+                "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
+                [({"code": code}, n) for code, n in sorted(errors.items())],
+            ),
+            gauge(
+                "last_day_unsolvable_ratio",
+                "Unsolvable regions / configured regions of the newest complete day.",
+                last.unsolvable_ratio if last else None,
+            ),
+            gauge(
+                "last_day_p95_solve_seconds",
+                "95th percentile solve time of the newest complete day.",
+                last.p95_solve_seconds if last else None,
+            ),
+            gauge("last_day_rows", "Records of the newest complete day.", last.rows if last else None),
+            gauge(
+                "max_unsolvable_ratio",
+                "[portal] max_unsolvable_ratio: a day above it fails validation.",
+                s.max_unsolvable_ratio,
+            ),
+            gauge("cap_configured", "[resources] captchaai: the ceiling of solves in flight.", s.configured_cap),
+            gauge(
+                "cap_in_force",
+                "The cap on solves in flight now (the configured cap while no run follows the plan).",
+                s.configured_cap if cap_seen is None else cap_seen[0],
+            ),
+            gauge("solves_in_flight", "The deployment's solves in flight now, over all hosts.", self.in_flight(state)),
+            gauge(
+                "breaker_open",
+                "1 while a key or login breaker is open (make clear-breaker once fixed), else 0.",
+                int(any(k.startswith(keys.BREAKERS) for k in state)),
+            ),
+            gauge("state_objects", f"Objects under {keys.STATE}.", len(state)),
+        ]

@@ -1,0 +1,180 @@
+"""A real Prometheus (Debian's) on loopback scrapes `make metrics-server` and luigid every second
+while the real CLI backfills against the sandbox: three days, then a backfill over four in which
+one day fails validation. Queried through its HTTP API, the values are what the runs did: the days,
+the solves, the failing day, the cap the plan left, Luigi's own task counters, and the shipped rules
+evaluated on it (docs/monitoring.md)."""
+
+import datetime
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+import requests
+
+from portal_export import keys
+from portal_export.metrics import midnight_utc
+from sandbox.luigid import free_port
+
+from .test_ops_monitoring import RULES, serving
+
+TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
+WAIT_S = 60  # a value Prometheus must come to (each scrape is 1 s apart; this machine may be loaded)
+
+
+class Prometheus:
+    def __init__(self, home, targets):
+        binary = shutil.which("prometheus")
+        if not binary:
+            pytest.fail("prometheus is missing: apt-get install prometheus (.ci/run installs it)")
+        home.mkdir(parents=True)
+        scrape = [
+            {"job_name": job, "static_configs": [{"targets": [target.split("//")[1].split("/")[0]]}]}
+            for job, target in targets.items()
+        ]
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": scrape,
+        }
+        (home / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = home / "prometheus.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={home / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={home / 'data'}",
+                    f"--web.listen-address={self.url.removeprefix('http://')}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.wait(lambda: requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200, "ready")
+
+    def wait(self, condition, what):
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if condition():
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"prometheus: no {what} within {WAIT_S} s; log: {self.log.read_text()[-2000:]}")
+
+    def query(self, expr):
+        """{frozenset of labels (without __name__): value} of an instant query now."""
+        resp = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
+        resp.raise_for_status()
+        result = resp.json()["data"]["result"]
+        return {
+            frozenset((k, v) for k, v in r["metric"].items() if k != "__name__"): float(r["value"][1]) for r in result
+        }
+
+    def comes_to(self, expr, expected):
+        """Wait until `expr` has exactly the series `expected`, {job: value} ("" for a series with no job);
+        returns the last answer when it never does (so the assertion shows it)."""
+        seen = {}
+
+        def matches():
+            nonlocal seen
+            found = self.query(expr)
+            seen = {dict(labels).get("job", ""): value for labels, value in found.items()}
+            return seen == pytest.approx(expected)
+
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not matches():
+            time.sleep(0.25)
+        return seen
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    started = []
+
+    def start(targets):
+        started.append(Prometheus(tmp_path / "prometheus", targets))
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def both(value):
+    return {"portal-export": value, "luigid": value}
+
+
+def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
+    live, fast_cfg, cli, central, prometheus, data_dir
+):
+    # solves of 2 s, two regions a day, and a plan of 3 threads: 1 spare leaves 2, the cap in force
+    live.configure(threads=3, solve_s=200.0)
+    fast_cfg({"portal": {"regions": "north,south"}, "resources": {"captchaai": 4}, "captchaai": {"plan_every_s": 1}})
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    d = [today - datetime.timedelta(days=n) for n in (6, 5, 4, 3)]
+    server, metrics_url = serving(cli)
+    prom = prometheus({"portal-export": metrics_url, "luigid": f"{central.url}/metrics"})
+    assert prom.comes_to("portal_export_days_missing", both(35)) == both(35)  # the whole window, before any run
+
+    first = cli("backfill", d[0], d[3], timeout=120, **central.env)
+    assert first.code == 0, first
+    health = json.loads((data_dir / keys.day_health(d[2])).read_text())
+    written = max((data_dir / k).stat().st_mtime for k in (keys.day_health(d[2]), keys.day_records(d[2])))
+
+    for expr, value in [
+        ('portal_export_solves_total{outcome="solved"}', both(6)),
+        ('portal_export_solves_total{outcome="unsolvable"}', both(0)),
+        ("portal_export_days_missing", both(32)),
+        ("portal_export_days_failed", both(0)),
+        ("portal_export_last_complete_day_timestamp_seconds", both(midnight_utc(d[2]))),
+        ("portal_export_last_success_timestamp_seconds", both(written)),
+        ("portal_export_last_day_rows", both(health["rows"])),
+        ("portal_export_last_day_p95_solve_seconds", both(health["p95_solve_seconds"])),
+        ("portal_export_last_day_unsolvable_ratio", both(0)),
+        ("portal_export_cap_configured", both(4)),
+        ("portal_export_cap_in_force", both(4)),  # no run follows the plan now: the configured cap
+        ("portal_export_solves_in_flight", both(0)),
+        ("portal_export_breaker_open", both(0)),
+        ("portal_export_store_up", both(1)),
+        # the cap the plan left while the run went, and the solves in flight it held, over all scrapes
+        ('min_over_time(portal_export_cap_in_force{job="portal-export"}[5m])', {"portal-export": 2}),
+        ('max_over_time(portal_export_solves_in_flight{job="portal-export"}[5m])', {"portal-export": 2}),
+        ('luigi_task_done_total{family="RegionExport"}', {"luigid": 6}),
+        ('luigi_task_done_total{family="DayExport"}', {"luigid": 3}),
+    ]:
+        assert prom.comes_to(expr, value) == pytest.approx(value), expr
+
+    # the next backfill covers the four days; the fourth fails validation (one of two regions unsolvable)
+    live.configure(unsolvable_sitekeys=frozenset({"north"}))
+    second = cli("backfill", d[0], today - datetime.timedelta(days=2), timeout=120, **central.env)
+    assert second.code == TASK_FAILED, second
+    assert (data_dir / keys.failed_health(d[3])).exists()
+
+    for expr, value in [
+        ("portal_export_days_failed", both(1)),
+        ("portal_export_days_missing", both(32)),
+        ('portal_export_solves_total{outcome="solved"}', both(6)),  # a failed day is no complete day
+        ("portal_export_last_complete_day_timestamp_seconds", both(midnight_utc(d[2]))),
+        # tasks fail once (retry_count = 1): luigid counts the failed day as disabled
+        ('luigi_task_disabled_total{family="DayExport"}', {"luigid": 1}),
+        ('luigi_task_done_total{family="DayExport"}', {"luigid": 3}),
+        # the shipped rule saw it: pending for its 10 minutes, one alert for both targets
+        ('ALERTS{alertname="PortalExportDaysFailed",alertstate="pending"}', {"": 1}),
+    ]:
+        assert prom.comes_to(expr, value) == pytest.approx(value), expr
+    assert prom.query('ALERTS{alertname="PortalExportDaysMissing"}')  # 32 days missing: pending too
+    assert not prom.query('ALERTS{alertname!~"PortalExportDays(Missing|Failed)"}')
