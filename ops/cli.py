@@ -37,7 +37,7 @@ from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
 from tasks.secrets import scrub
 
-from . import alerting, history, keeping, luigi_run, luigid, probe, steward, takeover
+from . import alerting, keeping, luigi_run, luigid, probe, steward, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -451,6 +451,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
+    from . import history  # SQLAlchemy: a tenth of a second at every other command's start
+
     url = scheduler_url()
     keep = keeping.keep_s()
     events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))

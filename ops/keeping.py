@@ -18,8 +18,6 @@ from portal_export.retention import Kind, Policy
 from tasks import config, targets
 from tasks.login import portal_login
 
-from . import history
-
 log = logging.getLogger(__name__)
 SHOWN = 5  # objects of each kind a dry run names
 
@@ -68,6 +66,8 @@ def _when(t: float | None) -> str:
 
 def cmd_state(say: Callable[[str], None]) -> int:
     """One line per kind: how many, the oldest, the bytes."""
+    from . import history  # SQLAlchemy: only make state and make prune read luigid's history
+
     targets.check_store()
     keep = keep_s()
     say(f"state of {targets.where()} (keep_state_days {keep / retention.DAY_S:g}):")
@@ -87,6 +87,8 @@ def cmd_state(say: Callable[[str], None]) -> int:
 
 def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
     """Remove now what keep_state_days lets go, in batches; `dry_run`: only say what would go."""
+    from . import history
+
     targets.check_store()
     store = targets.store()
     rules = policy()
