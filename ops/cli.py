@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -214,9 +213,9 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
     stakeholder of its pending tasks until luigid prunes it.
     """
     wanted = task_ids(days)
-    # This process's Luigi workers, done by now: "Worker(salt=..., host=NAME, username=..., pid=N)".
-    # The host too: on other hosts (in containers, say) a CLI may have the same pid.
-    me = (f"host={socket.gethostname()}, ", f"pid={os.getpid()})")
+    # This process's Luigi workers, done by now, by their whole id: its salt tells them from another
+    # host's with the same hostname and pid (containers, cloned machines).
+    me = luigi_run.OWN_WORKERS
     sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
@@ -225,7 +224,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
             task_id
             for status in statuses
             for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(not all(m in w for m in me) for w in task["workers"]))
+            if task_id in wanted and (status == "RUNNING" or any(w not in me for w in task["workers"]))
         ]
         if not busy:
             return told

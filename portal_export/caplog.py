@@ -1,7 +1,7 @@
 """Every change of the cap in force, kept in the data dir's `_state/cap-log/`, and the busy-plan verdict.
 
-One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, and the `run` that set
-it: `<hostname>-<pid>`, see runs.py): `make plan` shows the last one with its host, and the health
+One object per change (`t` wall-clock seconds of the host that set it, `cap`, `configured`, `reason`,
+and the `run` that set it: `<hostname>-<pid>-<random>`, see runs.py): `make plan` shows the last one with its host, and the health
 files count from them the time a region (and its day) ran below the configured cap.
 `_state/plan-busy.json` exists while the governor has given up waiting for a usable thread: regions
 that start then fail at once with PLAN_BUSY instead of being refused.
@@ -23,7 +23,7 @@ class Change(TypedDict, total=False):
     cap: int
     configured: int
     reason: str
-    run: str  # the run that set it, `<hostname>-<pid>`
+    run: str  # the run that set it, `<hostname>-<pid>-<random>`
 
 
 def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:

@@ -58,7 +58,8 @@ def test_the_cap_in_force_is_the_live_runs_file_else_the_configured_cap(tmp_path
     assert gate.cap() == 4  # nobody follows the plan
     set_cap(tmp_path, 2, time.time())
     assert gate.cap() == 2
-    killed = f"{this_host()}-{dead_pid()}"
+    killed = f"{this_host()}-{dead_pid()}-0badc0de"
+    Runs(LocalStore(tmp_path)).beat(killed)  # on this machine: its pid tells
     (tmp_path / "_state" / "cap.json").write_text(
         f'{{"cap": 0, "read_at": 1.0, "run": "{killed}", "t": {time.time()}}}'
     )
