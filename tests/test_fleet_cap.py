@@ -76,7 +76,8 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     assert len(took) == 1, [m.group(0) for m in took]  # one host took it over, once
     age = float(re.search(r"stopped its heartbeat ([\d.]+) s ago", took[0].group(0)).group(1))
     ttl = ttl_s(PLAN_EVERY_S)
-    assert ttl <= age <= ttl + 1.0, took[0].group(0)  # within the bound: the TTL and a heartbeat (0.25 s)
+    # within the bound: the TTL and a heartbeat (0.25 s), aged on the store's clock (whole seconds here)
+    assert ttl <= age <= ttl + 2.0, took[0].group(0)
     new_owner = took[0].group(1)
 
     runs = [host.wait(timeout=180) for host in survivors]
