@@ -118,6 +118,11 @@ class Runs:
     def alive(self, run: str, fresh: bool = False, pid: int | None = None) -> bool:
         """Whether `run` (or, given `pid`, that process of it) still goes; `fresh`: ages read now
         (ownership is decided on this)."""
+        if run == current_run() and pid is None and machine() is not None:
+            # this process's own run has its heartbeat while its CLI lives (it deletes it on its way
+            # out, after its tasks): no listing on the way to each submit
+            where = split_run(run)
+            return where is not None and pid_alive(where[1])
         return alive(run, lambda: self.seen_age(run, fresh), self.ttl, pid=pid, here=lambda: self.here(run))
 
     def live(self, key: str | None = None) -> list[str]:
