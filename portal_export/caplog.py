@@ -60,18 +60,22 @@ class CapLog:
         write_json(self.store, keys.cap_change(t, cap, configured, run, serial()), entry)
 
     def _keys(self) -> list[tuple[Change, str]]:
-        out: list[tuple[Change, str]] = []
-        for key in self.store.list(self.PREFIX):
+        """Every change and its key, in the order the store took them (its clock: owners on hosts
+        whose clocks disagree follow one another in the log as they did in time)."""
+        out: list[tuple[float, Change, str]] = []
+        written, _ = self.store.modified(self.PREFIX)
+        for key, at in written.items():
             parsed = keys.cap_change_of(key)
             if parsed is None:
                 continue  # not one of ours
             t, cap, configured, run = parsed
             change: Change = {"t": t, "cap": cap, "configured": configured, "run": run}
-            out.append((change, key))
-        return sorted(out, key=lambda ck: ck[0]["t"])
+            out.append((at, change, key))
+        out.sort(key=lambda entry: (entry[0], entry[1]["t"]))  # within a second of the store's: the writer's order
+        return [(change, key) for _, change, key in out]
 
     def changes(self) -> list[Change]:
-        """Every change, oldest first, without its reason (read `last()` for that)."""
+        """Every change, oldest first (as the store took them), without its reason (read `last()` for that)."""
         return [change for change, _ in self._keys()]
 
     def last(self) -> Change | None:
