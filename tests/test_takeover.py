@@ -28,7 +28,7 @@ def test_a_failure_a_worker_reported_or_a_task_that_never_ran_is_not_taken_over(
 
 
 def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_dir, monkeypatch):
-    """"Written since it started" is the record's time on the store's clock against luigid's, not
+    """Whether it was "written since it started" is the record's time on the store's clock against luigid's, not
     the writer's stamp: a host 10 minutes behind still wrote it after luigid saw the task start."""
     import time
 
