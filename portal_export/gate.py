@@ -185,13 +185,12 @@ class Gate:
 
     def after_refusal(
         self,
-        refused_at: float,
         busy_since: float,
         detail: str,
         plan: Callable[[], tuple[int, int]] | None = None,
         every_s: float = 5.0,
     ) -> None:
-        """A submit was refused for busy threads: wait for the plan to be read again.
+        """A submit was refused for busy threads (just now): wait for the plan to be read again.
 
         Returns when a reading made after the refusal is in (the cap then says whether there is room;
         the gate waits on it). When nobody follows the plan, the region reads it itself (`plan`, every
