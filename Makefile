@@ -153,7 +153,7 @@ bench-scale: $(VENV)/.installed ## the bench at cap 14 and over 365 days (~35 mi
 	BENCH_COMMAND="make bench-scale" $(PY) -m bench --scale
 
 .PHONY: bench-fleet
-bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker hosts under one luigid and one object store (~2 min); also into bench/results.md
+bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker hosts under one luigid and one object store, and cap 100 on 4 hosts at real time (~7 min); also into bench/results.md
 	BENCH_COMMAND="make bench-fleet" $(PY) -m bench --fleet
 
 .PHONY: bench-soak

@@ -15,7 +15,8 @@ fleet with the cap following the plan (`--only NAME[,NAME]`: those rows alone, p
 untouched).
 
 make bench-fleet (`--fleet`): the 30-day backfill at cap 14 on 1, 2 and 3 worker hosts under one
-luigid and one object store, one run at a time (~2 min; not in make bench, which is near its 10).
+luigid and one object store, one run at a time, then cap 100 over 4 hosts at real time (CaptchaAI's
+solve and poll times: ~5 min; not in make bench, which is near its 10).
 """
 
 import argparse
@@ -70,7 +71,7 @@ PLAN_TITLES = {"plan-follows": "cap follows the plan", "plan-fixed": "fixed cap 
 FLEET_TARGET = 1.03  # makespan / floor within 3 % of the one host's
 
 
-def fleet_case(name, n_days, cap, hosts, workers, threads, timings=None):
+def fleet_case(name, n_days, cap, hosts, workers, threads, timings=None, sandbox=None):
     """`hosts` worker hosts, `workers` each, on one luigid and one object store (bench/fleet.py)."""
     return Case(
         name,
@@ -83,6 +84,7 @@ def fleet_case(name, n_days, cap, hosts, workers, threads, timings=None):
         store="s3",
         hosts=hosts,
         timings=timings or {},
+        sandbox=sandbox or {},
     )
 
 
@@ -93,6 +95,12 @@ def hosts_name(n):
 # 30 days at cap 14 (a STANDARD plan: 15 threads) on 1, 2 and 3 hosts: 28 workers in all, as the
 # one-host cap-14 rows have (the cap, and as many again for regions that wait), split evenly.
 FLEET = [fleet_case(f"cap14-30d-{hosts_name(n)}", 30, 14, n, math.ceil(28 / n), 15) for n in (1, 2, 3)]
+# Cap 100 over 4 hosts at real time: CaptchaAI's solve and poll times, luigi.cfg's plan period (the
+# CPU a second is a tenth of the 1/10-time rows', so 2 cores carry it); against the floors alone.
+REAL_FLEET = fleet_case(
+    "cap100-120d-4hosts-real", 120, 100, 4, 25, 101, timings=config.REAL_TIME, sandbox={"time_scale": 1.0}
+)
+REAL_TARGET = 1.05  # makespan / list-schedule floor
 SCALE = [
     Case("cap4-30d", "luigi", 30, 4),
     Case("cap14-30d", "luigi", 30, 14, threads=15, workers=28),
@@ -210,7 +218,15 @@ def store_mode(local, out_dir):
 
 def fleet_columns(records):
     return [
-        (hosts_name(len(r["hosts"])), metrics.summarize(r, config.FIRST_POLL_S, config.POLL_EVERY_S), r)
+        (
+            hosts_name(len(r["hosts"])),
+            metrics.summarize(
+                r,
+                float(r["timings"].get("first_poll_s", config.FIRST_POLL_S)),
+                float(r["timings"].get("poll_every_s", config.POLL_EVERY_S)),
+            ),
+            r,
+        )
         for r in records
     ]
 
@@ -236,11 +252,19 @@ def fleet_text(columns):
     groups = {}
     for column in columns:
         r = column[2]
-        groups.setdefault((r["cap"], r["days"], r["timings"].get("follow_plan", "true")), []).append(column)
+        scale = r.get("time_scale", config.TIME_SCALE)
+        groups.setdefault((r["cap"], r["days"], r["timings"].get("follow_plan", "true"), scale), []).append(column)
     tables = []
-    for (cap, days, follows), group in groups.items():
+    for (cap, days, follows, scale), group in groups.items():
         title = f"{days} days at cap {cap}, follow_plan = {follows}"
-        tables.append(title + "\n\n" + table.fleet_table(group, FLEET_TARGET))
+        if scale == 1:
+            title += (
+                f", real time (time scale 1: first poll {config.REAL_TIME['first_poll_s']:g} s, then every "
+                f"{config.REAL_TIME['poll_every_s']:g} s, deadline {config.REAL_TIME['timeout_s']:g} s, solves median "
+                f"{config.SOLVE_MEDIAN_S:g} s, plan_every_s {config.REAL_TIME['plan_every_s']:g})"
+            )
+        target = REAL_TARGET if scale == 1 else None
+        tables.append(title + "\n\n" + table.fleet_table(group, FLEET_TARGET, target))
     return "\n\n".join(tables)
 
 
@@ -251,7 +275,7 @@ def fleet_mode(out_dir):
         Path(out_dir) / "fleet-seaweedfs"
     )  # one store, a bucket per run: 8 s of start and stop a run saved
     try:
-        for case in FLEET:
+        for case in [*FLEET, REAL_FLEET]:
             records += run_cases([case], out_dir, weed)
     finally:
         weed.stop()
@@ -345,7 +369,9 @@ def main(argv=None):
     parser.add_argument(
         "--plan-only", action="store_true", help="only the another-consumer pair (not written to results.md)"
     )
-    parser.add_argument("--fleet", action="store_true", help="the cap-14 backfill on 1, 2 and 3 hosts instead")
+    parser.add_argument(
+        "--fleet", action="store_true", help="the cap-14 backfill on 1, 2 and 3 hosts, and cap 100 on 4 at real time"
+    )
     parser.add_argument("--soak", action="store_true", help="60 nights of make export in a row instead (bench/soak.py)")
     parser.add_argument(
         "--only", help="with --scale: only these runs (comma-separated names), not written to results.md"

@@ -15,6 +15,8 @@ POLL_EVERY_S = 0.5  # its 5 s, scaled
 TIMEOUT_S = 12.0  # the pipeline's 120 s solve deadline, scaled
 RETRY_BASE_S = RETRY_JITTER_S = 1.0  # [portal] backoff: 10 s +- 10 s, scaled
 PLAN_EVERY_S = 3.0  # [captchaai] plan_every_s: the plan re-read every 30 s, scaled
+# CaptchaAI's own timings and luigi.cfg's, unscaled: the fleet row at real time (time scale 1)
+REAL_TIME = {"first_poll_s": 15.0, "poll_every_s": 5.0, "timeout_s": 120.0, "plan_every_s": 30.0}
 REGIONS = ("north", "south", "east", "west")
 
 # Solve times: lognormal, median 30 s real (3 s here), sigma 0.45: a few of every hundred past 8 s.

@@ -37,6 +37,16 @@ def lower_bound(solve_seconds, cap, first_poll, poll_every):
     return max(sum(ps) / cap, max(ps)) if ps else 0.0
 
 
+def list_schedule(solve_seconds, cap, first_poll, poll_every):
+    """The makespan of these solves, in this order, each started on the first of `cap` slots to be
+    free, with no time lost between them: what a scheduler with no overhead achieves."""
+    slots = [0.0] * min(cap, len(solve_seconds))
+    heapq.heapify(slots)
+    for s in solve_seconds:
+        heapq.heapreplace(slots, slots[0] + p(s, first_poll, poll_every))
+    return max(slots, default=0.0)
+
+
 def lower_bound_with_capacity(solve_seconds, capacity, first_poll, poll_every):
     """As lower_bound, with slots that change over time: `capacity` is [(from s after the start,
     slots)], sorted, the first from 0. The work sum p fits in no less time than that."""
@@ -96,6 +106,8 @@ def summarize(run, first_poll, poll_every):
     solves = [t["solve_s"] for t in delivering]
     makespan = t1 - t0
     lb = lower_bound(solves, cap, first_poll, poll_every)
+    in_order = [t["solve_s"] for t in sorted(delivering, key=lambda t: t["submit_t"])]
+    listed = list_schedule(in_order, cap, first_poll, poll_every)
     own_lb = lower_bound(solves, run.get("concurrency", cap), first_poll, poll_every)
     held = [(t["submit_t"], t["token_posted_t"]) for t in delivering]
     ages = [t["token_posted_t"] - t["ready_t"] for t in delivering]
@@ -117,6 +129,8 @@ def summarize(run, first_poll, poll_every):
         "makespan_s": makespan,
         "lower_bound_s": lb,
         "ratio": makespan / lb if lb else None,
+        "list_schedule_s": listed,
+        "list_ratio": makespan / listed if listed else None,
         "own_ratio": makespan / own_lb if own_lb else None,
         "utilisation": slot_utilisation(held, cap, makespan),
         "peak_threads": run["stats"]["threads"]["peak"],

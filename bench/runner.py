@@ -263,6 +263,7 @@ def run(case, out_dir, weed=None):
         "cap": case.cap,
         "workers": case.workers,
         "timings": case.timings,
+        "time_scale": case.sandbox.get("time_scale", config.TIME_SCALE),
         "concurrency": case.concurrency,
         "faults": case.faults,
         "days": case.n_days,

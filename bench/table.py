@@ -203,9 +203,10 @@ def write_results(mode, text):
     RESULTS.write_text(new)
 
 
-def fleet_table(columns, target):
+def fleet_table(columns, target, list_target=None):
     """Fleet runs side by side, the first column one host: the ratio to the floor against the one
-    host's, the cap over all hosts, and each host's share of the work and of memory."""
+    host's (or, given `list_target`, to the list-schedule floor), the cap over all hosts, and each
+    host's share of the work and of memory."""
     base = next((s["ratio"] for _, s, r in columns if len(r["hosts"]) == 1), None)
     rows = []
 
@@ -227,7 +228,18 @@ def fleet_table(columns, target):
     row("makespan s (first host start to last exit)", lambda s, r: _f(s["makespan_s"], ".1f"))
     row("floor s: max(sum p/cap, max p)", lambda s, r: _f(s["lower_bound_s"], ".1f"))
     row("makespan / floor", lambda s, r: _f(s["ratio"], ".3f"))
-    row(f"  / the one host's (target <= {target:g})", lambda s, r: vs_one_host(s))
+    if base is not None:
+        row(f"  / the one host's (target <= {target:g})", lambda s, r: vs_one_host(s))
+    row("list-schedule floor s: these solves in order, no overhead", lambda s, r: _f(s["list_schedule_s"], ".1f"))
+    if list_target is not None:
+        row(
+            f"makespan / list-schedule floor (target <= {list_target:g})",
+            lambda s, r: (
+                _f(s["list_ratio"], ".3f") + _check(s["list_ratio"] is not None and s["list_ratio"] <= list_target)
+            ),
+        )
+    else:
+        row("makespan / list-schedule floor", lambda s, r: _f(s["list_ratio"], ".3f"))
     row(
         "  from the first submit: (makespan - startup) / floor",
         lambda s, r: _f((s["makespan_s"] - s["startup_s"]) / s["lower_bound_s"] if s["lower_bound_s"] else None, ".3f"),

@@ -34,6 +34,8 @@ from portal_export import alert_once, forksafe, store
 from portal_export import alerts as core
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
+from portal_export.runs import current_run
+from portal_export.state import store_now
 from portal_export.store import StoreError
 from tasks import config, targets
 from tasks.day import DayExport
@@ -114,15 +116,17 @@ def read_json(key: str) -> Any:
         return None
 
 
-def failure_code(key: str, since: float) -> str:
+def failure_code(key: str, since: float, written: dict[str, float]) -> str:
+    """The record's code, marked when it was `written` (the store's clock) before `since` (the same clock)."""
     record = read_failure(targets.store(), key)
     if record is None:
         return NOT_RUN
     code = str(record.get("code") or "UNKNOWN")
-    return code if record.get("at", 0) >= since else f"{code} (earlier run)"
+    return code if written.get(key, since) >= since - alert_once.SLACK_S else f"{code} (earlier run)"
 
 
 def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> core.MissingDay:
+    """What is missing of `day`, its failure records older than `since` (the store's clock) marked so."""
     health = read_json(targets.failed_health_key(day))
     if health is not None and "unsolvable_ratio" in health:
         return core.MissingDay(
@@ -130,14 +134,15 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> cor
             unsolvable_ratio=float(health["unsolvable_ratio"]),
             unsolvable_regions=health.get("unsolvable_regions", ()),
         )
+    written = targets.store().written(targets.failures_prefix(day))[0]
     failed = {
-        region: failure_code(targets.region_failure_key(day, region), since)
+        region: failure_code(targets.region_failure_key(day, region), since, written)
         for region in regions
         if not targets.store().exists(targets.region_key(day, region))
     }
     day_code = None
     if not failed and read_failure(targets.store(), targets.day_failure_key(day)) is not None:
-        day_code = failure_code(targets.day_failure_key(day), since)
+        day_code = failure_code(targets.day_failure_key(day), since, written)
     return core.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
@@ -184,7 +189,8 @@ class RunAlert:
     def __init__(self, args: argparse.Namespace, days: Sequence[datetime.date]) -> None:
         self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
         self.busy_plan: tuple[int, int] | None = None
-        self.started = time.time()
+        self.started = time.time()  # this host's clock: the run's own durations
+        self.started_store = store_now(targets.store())  # the store's: what other hosts wrote since
         complete = complete_days(self.days)
         self.todo = [d for d in self.days if d not in complete]
         self.done: list[datetime.date] = []
@@ -234,7 +240,7 @@ class RunAlert:
     def facts(self, code: int, stopped: str | None = None) -> core.RunFacts:
         regions = config.regions()
         complete = complete_days(self.days)
-        missing = [missing_day(d, regions, self.started) for d in self.days if d not in complete]
+        missing = [missing_day(d, regions, self.started_store) for d in self.days if d not in complete]
         limit = config.alerts().p95_warn_s
         return core.RunFacts(
             command=self.command,
@@ -276,7 +282,9 @@ class RunAlert:
         """Deliver the alert unless another host of the same run did (portal_export/alert_once.py)."""
         fingerprint = alert_once.fingerprint(facts, summary.kind)
         try:
-            claim = alert_once.claim(targets.store(), fingerprint, self.started, socket.gethostname(), time.time())
+            claim = alert_once.claim(
+                targets.store(), fingerprint, self.started_store, socket.gethostname(), current_run()
+            )
         except (OSError, ValueError, StoreError) as err:  # the store cannot say: twice rather than never
             say(f"warning: could not check whether another host sent this alert ({type(err).__name__}): sending it")
         else:

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from luigi.tools.range import RangeDaily
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
+from portal_export.state import store_now
 from tasks import config, targets
 from tasks.base import PortalTask
 from tasks.day import DayExport
@@ -215,9 +215,9 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
     stakeholder of its pending tasks until luigid prunes it.
     """
     wanted = task_ids(days)
-    # This process's Luigi workers, done by now: "Worker(salt=..., host=NAME, username=..., pid=N)".
-    # The host too: on other hosts (in containers, say) a CLI may have the same pid.
-    me = (f"host={socket.gethostname()}, ", f"pid={os.getpid()})")
+    # This process's Luigi workers, done by now, by their whole id: its salt tells them from another
+    # host's with the same hostname and pid (containers, cloned machines).
+    me = luigi_run.OWN_WORKERS
     sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
@@ -226,7 +226,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
             task_id
             for status in statuses
             for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(not all(m in w for m in me) for w in task["workers"]))
+            if task_id in wanted and (status == "RUNNING" or any(w not in me for w in task["workers"]))
         ]
         if not busy:
             return told
@@ -261,8 +261,10 @@ def log_to_stderr() -> None:
 def settle_done_cooldown(done_at: float) -> None:
     """luigid keeps a task DONE for stable_done_cooldown_secs after it finished, whatever a worker
     says (so that two runs do not run a just-finished task twice): a task made incomplete on
-    purpose within that time must wait it out to be run again."""
-    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - time.time()
+    purpose within that time must wait it out to be run again. `done_at` is on the store's clock
+    (when the task's output was written), compared with the store's now: the host that ran it may
+    have a clock minutes off."""
+    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
     if wait > 0:
         say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")
         time.sleep(wait)
@@ -402,13 +404,14 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
     def set_aside() -> float | None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
         store = targets.store()
+        written = store.written(targets.region_dir(day))[0]  # when each was written: the store's clock
         redone_at = None
         for region in config.regions():
             key = targets.region_key(day, region)
             data = store.read(key)
             facts = json.loads(data) if data is not None else {}
             if facts.get("status") == "unsolvable":
-                redone_at = max(redone_at or 0, float(facts.get("ended_at") or time.time()))
+                redone_at = max(redone_at or 0, written.get(key, 0.0))
                 store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
                 store.delete(key)
                 say(f"retry-unsolvable: {day} {region} will be solved again")

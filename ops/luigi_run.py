@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 Status = luigi.execution_summary.LuigiStatusCode
 
 
+# The ids of the Luigi workers this process made ("Worker(salt=..., host=..., pid=...)"): its own
+# among a task's workers on luigid, where hostname and pid alone may be another host's too.
+OWN_WORKERS: set[str] = set()
+
+
 class WorkerSchedulerFactory:
     """What `luigi.build` calls to make the scheduler and the worker (Luigi's own factory, plus two knobs).
 
@@ -58,6 +63,7 @@ class WorkerSchedulerFactory:
         worker = luigi.worker.Worker(
             scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
         )
+        OWN_WORKERS.add(str(worker._id))
         if self.on_worker is not None:
             self.on_worker(worker, int(worker_processes))
         return worker

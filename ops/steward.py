@@ -39,7 +39,7 @@ from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight
 from portal_export.lease import Lease
-from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, this_host, ttl_s
+from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, own_run, ttl_s
 from portal_export.store import LocalStore, Store
 from tasks import config, targets
 from tasks.config import RESOURCE, RUN_STARTED, configured_cap
@@ -137,7 +137,7 @@ class Steward:
         self.caplog = CapLog(store)
         self.inflight = InFlight(store, self.runs, self.run)
         self.waiting = Waiting(store, self.runs, self.run)
-        self.cap_file = CapInForce(store, self.runs.ttl)
+        self.cap_file = CapInForce(store, self.runs)
         self._read: tuple[int, float] | None = None  # the cap in force and when it was read, as published
         self.local = LocalCap()
         self.workers = WorkerCount()
@@ -273,8 +273,6 @@ class Steward:
                         self._take_over()
                     elif self.url and not self.lease.held():
                         self._step_down()
-                    elif self._read is not None:
-                        self.cap_file.write(*self._read, self.run)  # still in force: the owner lives
                     if self._owner and self.cap is not None:
                         self.caplog.still(self.cap, self.configured, self.run)  # within the log's lookback
                 except Exception:  # the store or CaptchaAI did not answer: the next heartbeat tries again
@@ -335,7 +333,7 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     locally, held back by the cap) waits its turn instead of exiting with regions unrun.
     """
     os.environ[RUN_STARTED] = str(time.time())
-    os.environ[RUN_ENV] = f"{this_host()}-{os.getpid()}"  # the run id its tasks mark their solves with
+    os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:
         with _stewarded(url, config.captchaai().follow_plan) as factory:
             yield factory

@@ -9,7 +9,9 @@ clocks across hosts:
   `fail_dead_worker_task`); a failure a worker reports keeps the id of the worker that ran it;
 - a task's real failure writes its failure record (`PortalTask.on_failure`) before its worker
   tells luigid: a record written since the task last started running means it really failed (its
-  host died between the two).
+  host died between the two). "Since" compares the record's last-modified time (the store's
+  clock) with luigid's `time_running` (luigid's): the two shared servers', never a worker host's,
+  which may be minutes off.
 
 Every surviving host's CLI, once its Luigi worker has ended, re-enables exactly those tasks of its
 days, waits out `[scheduler] retry_delay` since it first saw them (a host that was only stalled
@@ -52,8 +54,9 @@ def died_with_worker(task: Mapping[str, Any], portal_task: PortalTask) -> bool:
     """Whether luigid's DISABLED `task` was failed by luigid for its dead worker, not by a real failure."""
     if task.get("worker_running") or not task.get("time_running"):
         return False  # a worker reported the failure, or the task never ran (a scheduling failure)
-    record = read_failure(targets.store(), portal_task.failure_key())
-    return record is None or float(record.get("at") or 0) < float(task["time_running"])
+    store, key = targets.store(), portal_task.failure_key()
+    written = store.written(key)[0].get(key)
+    return written is None or read_failure(store, key) is None or written < float(task["time_running"])
 
 
 @dataclass

@@ -9,6 +9,8 @@ the others print who sent it.
 A claim covers every run that was going when it was made: a run that started later (tomorrow's,
 or the operator's rerun after a fix) is a new run, and claims the next key of the fingerprint's
 chain (`_state/alerts/<fingerprint>/<n>.json`), so the same failure again is alerted again, once.
+"When" is the store's clock on both sides (`state.store_now` at the run's start, the claim's
+last-modified time): hosts' clocks may disagree by minutes, and none of them enters.
 Only the two newest claims of a chain are kept, and `retention.py` removes claims older than
 `keep_state_days`. The claim comes before the sending: a host dying between the two loses that
 alert (at most once, never twice).
@@ -24,13 +26,14 @@ from typing import Any
 
 from . import keys
 from .alerts import RunFacts
-from .state import Chain, stamp_of, stamped
+from .state import Chain, stamped
 from .store import Store
 
 PREFIX = keys.ALERTS
-# Hosts' clocks (NTP) may disagree this much: a claim made this long before a run started still
-# covers it. Hosts of one run start within seconds of each other; runs of a command hours apart.
-CLOCK_SKEW_S = 5.0
+# A claim made this long before a run started (on the store's clock) still covers it: an object
+# store's times are whole seconds. Hosts of one run start within seconds of each other and claim at
+# its end; runs of a command start hours apart.
+SLACK_S = 2.0
 KEEP = 2  # claims kept per chain
 EARLIER = " (earlier run)"  # how a host marks a failure older than its own start: not part of the fingerprint
 
@@ -39,7 +42,7 @@ EARLIER = " (earlier run)"  # how a host marks a failure older than its own star
 class Claim:
     ours: bool  # this host sends the alert
     host: str  # the host that claimed it
-    at: float  # when (that host's clock)
+    at: float  # when (the store's clock)
 
 
 def fingerprint(facts: RunFacts, kind: str) -> str:
@@ -67,43 +70,39 @@ def fingerprint(facts: RunFacts, kind: str) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _at(record: Mapping[str, Any]) -> float:
-    """When the claim was made: its stamp (`t`, or `at` of a claim written before `t`), else 0."""
-    return stamp_of(record) or 0.0
+def _claim_of(record: Mapping[str, Any], at: float, ours: bool = False) -> Claim:
+    return Claim(ours, str(record.get("host") or "?"), at)
 
 
-def _covers(record: Mapping[str, Any], started: float) -> bool:
-    """Whether a claim was made while a run that started at `started` was going."""
-    return _at(record) >= started - CLOCK_SKEW_S
-
-
-def _claim_of(record: Mapping[str, Any], ours: bool = False) -> Claim:
-    return Claim(ours, str(record.get("host") or "?"), _at(record))
-
-
-def claim(store: Store, fingerprint: str, started: float, host: str, now: float) -> Claim:
-    """Claim the alert of a run that started at `started` (this host's clock, as `now`).
+def claim(store: Store, fingerprint: str, started: float, host: str, run: str = "") -> Claim:
+    """Claim the alert of a run that started at `started` (the store's clock: `state.store_now`).
 
     OSError, ValueError or StoreError when the store cannot say: the caller then sends (twice rather
     than never).
     """
     chain = Chain(store, keys.alert_claims(fingerprint))
+
+    def made(n: int) -> float:
+        """When generation `n` was created, on the store's clock (it is never rewritten)."""
+        return store.written(chain.key(n))[0].get(chain.key(n), 0.0)
+
     newest = chain.newest()
     n = chain.first
     if newest is not None:
         last = chain.read(newest, tolerate=())  # a garbled claim raises: the caller sends
-        if last is not None and _covers(last, started):
-            return _claim_of(last)
+        if last is not None and (at := made(newest)) >= started - SLACK_S:
+            return _claim_of(last, at)
         n = newest + 1
-    # stamped `t`, and `at` as claims were before: a host of an earlier version reads that
-    record = stamped({"host": host}, now, legacy=True)
+    # stamped `t`, and `at` as claims were before (the claimant's clock, for people): a host of an
+    # earlier version reads that
+    record = stamped({"host": host, "run": run}, legacy=True)
     while True:
         if chain.create(n, record):
             # the chain keeps its two newest claims (a host racing for the one before still finds it
             # taken): a failure alerted every night lists two objects, not one per night
             chain.prune(n, KEEP, reach=KEEP)
-            return _claim_of(record, ours=True)
+            return _claim_of(record, made(n), ours=True)
         other = chain.read(n, tolerate=())
-        if other is not None and _covers(other, started):
-            return _claim_of(other)
+        if other is not None and (at := made(n)) >= started - SLACK_S:
+            return _claim_of(other, at)
         n += 1

@@ -3,11 +3,13 @@
 A night reads only the window it needs: the names start with the time, so a listing that starts
 after `LOOKBACK_S` before the window skips the older changes, however many nights left them. The
 cap in force at a window's start is the newest change before it: the run that owns the cap notes it
-again every `RENOTE_S` while it holds it (`still`), so that change is always within the lookback.
+again every `RENOTE_S` while it holds it (`still`), so that change is always within the lookback
+(which dwarfs any disagreement of hosts' clocks).
 
-One object per change (`t` wall-clock seconds, `cap`, `configured`, `reason`, and the `run` that set
-it: `<hostname>-<pid>`, see runs.py): `make plan` shows the last one with its host, and the health
-files count from them the time a region (and its day) ran below the configured cap.
+One object per change (`t` wall-clock seconds of the host that set it, `cap`, `configured`, `reason`,
+and the `run` that set it: `<hostname>-<pid>-<random>`, see runs.py): `make plan` shows the last one
+with its host, and the health files count from them the time a region (and its day) ran below the
+configured cap.
 `_state/plan-busy.json` exists while the governor has given up waiting for a usable thread: regions
 that start then fail at once with PLAN_BUSY instead of being refused.
 """
@@ -32,7 +34,7 @@ class Change(TypedDict, total=False):
     cap: int
     configured: int
     reason: str
-    run: str  # the run that set it, `<hostname>-<pid>`
+    run: str  # the run that set it, `<hostname>-<pid>-<random>`
 
 
 def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
@@ -76,21 +78,25 @@ class CapLog:
             self.note(cap, configured, "still in force", run)
 
     def _keys(self, since: float | None) -> list[tuple[Change, str]]:
-        """The changes from `LOOKBACK_S` before `since` on (one listing that skips the older ones); all when None."""
-        out: list[tuple[Change, str]] = []
+        """The changes from `LOOKBACK_S` before `since` on (one listing that skips the older ones; all
+        when None) and their keys, in the order the store took them (its clock: owners on hosts whose
+        clocks disagree follow one another in the log as they did in time)."""
+        out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else keys.cap_changes_from(since - LOOKBACK_S)
-        for key in self.store.list(self.PREFIX, start_after):
+        for key, _, at in self.store.entries(self.PREFIX, start_after):
             parsed = keys.cap_change_of(key)
             if parsed is None:
                 continue  # not one of ours
             t, cap, configured, run = parsed
             change: Change = {"t": t, "cap": cap, "configured": configured, "run": run}
-            out.append((change, key))
-        return sorted(out, key=lambda ck: ck[0]["t"])
+            out.append((at, change, key))
+        out.sort(key=lambda entry: (entry[0], entry[1]["t"]))  # within a second of the store's: the writer's order
+        return [(change, key) for _, change, key in out]
 
     def changes(self, since: float | None = None) -> list[Change]:
         """The changes that `seconds_below` needs for windows from `since` on (every one kept when
-        None: tests, `make state`), oldest first, without their reason (read `last()` for that)."""
+        None: tests, `make state`), oldest first as the store took them, without their reason (read
+        `last()` for that)."""
         return [change for change, _ in self._keys(since)]
 
     def last(self) -> Change | None:

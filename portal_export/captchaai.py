@@ -271,11 +271,10 @@ class CaptchaAI:
                         on_submit(task_id)
                     token = self.poll(task_id, start + self.timeout_s, on_poll)
                     return Solve(token, task_id, self._clock() - start)
-            refused_at = self._gate.clock()
-            busy_since = busy_since or refused_at
+            busy_since = busy_since or self._gate.clock()
             self.busy_waits += 1
             log.warning("CaptchaAI refused a submit: %s; waiting for a free thread (no attempt spent)", refused.detail)
-            self._gate.after_refusal(refused_at, busy_since, refused.detail, self.threads, self.poll_every_s)
+            self._gate.after_refusal(busy_since, refused.detail, self.threads, self.poll_every_s)
 
     def _in_flight(self) -> contextlib.AbstractContextManager[None]:
         if self._gate is not None:

@@ -3,8 +3,10 @@
 Tasks may run in forked processes, under luigid and on other hosts, where the run's own process
 never sees their exceptions: the failing task writes this small object, and whatever summarizes
 the run reads it. The record holds the code, a short detail the caller has already scrubbed, when
-and on which host it was written (an alert says which host saw what); it is removed when the task
-later succeeds.
+(the writer's clock, for people) and by which run on which host it was written (an alert says
+which host saw what); it is removed when the task later succeeds. Whether it is newer than
+something is judged by its last-modified time on the store's clock (`Store.modified`), never by its
+`t`: hosts' clocks may disagree.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from .runs import current_run
 from .state import read_dict, stamped
 from .store import Store, write_json
 
@@ -21,7 +24,11 @@ UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "deta
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
     """Whole: a reader sees the whole record or none."""
-    write_json(store, key, stamped({"code": code, "detail": detail, "host": socket.gethostname()}, legacy=True))
+    write_json(
+        store,
+        key,
+        stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()}, legacy=True),
+    )
 
 
 def read_failure(store: Store, key: str) -> dict[str, Any] | None:

@@ -30,8 +30,8 @@ from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
 from .inflight import InFlight
-from .runs import MIN_TTL_S, Runs, ttl_s
-from .state import alive, read_dict, stamp_of, stamped
+from .runs import Runs, ttl_s
+from .state import read_dict, stamped
 from .store import Store, write_json
 
 log = logging.getLogger(__name__)
@@ -51,18 +51,19 @@ class Waiting(InFlight):
 
 
 class CapInForce:
-    """`_state/cap.json`: the cap in force and when the plan was last read, by the run that sets it.
+    """`_state/cap.json`: the cap in force and its reading (`read_at`, an id that changes with every
+    reading of the plan), by the run that sets it.
 
-    Honoured only while that run is alive: a dead owner's cap holds nobody back. The owner rewrites
-    it every heartbeat (`t`), so the file is its own heartbeat: one GET before each submit tells the
-    cap and whether it holds (`state.alive`, as for `Runs.alive`: on this host the owner's pid is
-    checked; from another, `t` against the TTL)."""
+    Honoured only while that run is alive (`Runs.alive`: its pid where it runs in this PID
+    namespace, else its heartbeat, aged on the store's clock): a dead owner's cap holds nobody back.
+    One GET before each submit tells the cap; the verdict on its owner comes from the runs' listing
+    that the marks' count reads anyway."""
 
     KEY = keys.CAP
 
-    def __init__(self, store: Store, ttl: float = MIN_TTL_S) -> None:
+    def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
-        self.ttl = ttl
+        self.runs = runs if runs is not None else Runs(store)
 
     def write(self, cap: int, read_at: float, run: str) -> None:
         write_json(self.store, self.KEY, stamped({"cap": cap, "read_at": read_at, "run": run}))
@@ -73,25 +74,22 @@ class CapInForce:
         if state is not None and state[2] == run:
             self.store.delete(self.KEY)
 
-    def _state(self) -> tuple[int, float, str, float] | None:
+    def _state(self) -> tuple[int, float, str] | None:
         state = read_dict(self.store, self.KEY)
         if state is None:
             return None
         try:
-            t = stamp_of(state)
-            cap, read_at, run = int(state["cap"]), float(state["read_at"]), str(state["run"])
+            return int(state["cap"]), float(state["read_at"]), str(state["run"])
         except (ValueError, KeyError, TypeError):
             return None
-        return None if t is None else (cap, read_at, run, t)
 
     def read(self) -> tuple[int, float] | None:
-        """(cap, time of the last reading), or None when no live run follows the plan."""
+        """(cap, its reading's id), or None when no live run follows the plan."""
         state = self._state()
         if state is None:
             return None
-        cap, read_at, run, t = state
-        # a killed run's cap holds nobody back
-        return (cap, read_at) if alive(run, lambda: time.time() - t, self.ttl) else None
+        cap, read_at, run = state
+        return (cap, read_at) if self.runs.alive(run) else None  # a killed run's cap holds nobody back
 
 
 class Gate:
@@ -112,7 +110,7 @@ class Gate:
         runs = Runs(store, ttl_s(plan_every_s), cache_s=1.0)
         self.inflight = InFlight(store, runs)
         self.waiting = Waiting(store, runs)
-        self.cap_file = CapInForce(store, runs.ttl)
+        self.cap_file = CapInForce(store, runs)
         self.caplog = caplog if caplog is not None else CapLog(store)
         self.step_s = self.inflight.step_s
         self._busy_checked = -float("inf")
@@ -187,13 +185,12 @@ class Gate:
 
     def after_refusal(
         self,
-        refused_at: float,
         busy_since: float,
         detail: str,
         plan: Callable[[], tuple[int, int]] | None = None,
         every_s: float = 5.0,
     ) -> None:
-        """A submit was refused for busy threads: wait for the plan to be read again.
+        """A submit was refused for busy threads (just now): wait for the plan to be read again.
 
         Returns when a reading made after the refusal is in (the cap then says whether there is room;
         the gate waits on it). When nobody follows the plan, the region reads it itself (`plan`, every
@@ -203,13 +200,16 @@ class Gate:
         only be refused as well (measured: 65 refused submits in the bench's 40 s instead of 14).
         """
         deadline = busy_since + self.deadline_s
+        # A reading made after the refusal is one published after it: the owner's `read_at` changes
+        # (it is compared for a change, never with this host's clock; the owner's may be off).
+        before = self.cap_file.read()
         with self.waiting.solving() if self.follows_plan else contextlib.nullcontext():
             until = min(self.clock() + self.plan_every_s, deadline)
             look = self.clock() + every_s
             while self.clock() < until:
                 self.check()
                 seen = self.cap_file.read()
-                if seen is not None and seen[1] > refused_at:
+                if seen is not None and (before is None or seen[1] != before[1]):
                     break
                 if plan is not None and not self.follows_plan and self.clock() >= look:
                     look = self.clock() + every_s

@@ -2,7 +2,8 @@
 
 One empty object per solve, `_state/inflight/<run id>-<pid>-<n>`, created before its submit and
 deleted after its last poll (`runs.py` for the run id). A mark counts while its process lives:
-on this host, its pid is checked; on another host, its run's heartbeat (`Runs.alive`). A dead
+where its run's pids are ours (the same boot and PID namespace), its pid is checked; anywhere else,
+its run's heartbeat, aged on the store's clock (`Runs.alive`). A dead
 mark (a killed task, a dead host) is deleted by whoever lists it. The governor subtracts this
 count from the plan's working threads to find what other consumers hold; the gate admits a solve
 against it.
@@ -66,24 +67,24 @@ class InFlight:
         finally:
             self.unmark(key)
 
-    def _live(self, name: str, ages: dict[str, float | None]) -> bool:
-        """A mark counts while its process lives: on this host its own pid tells; on another host,
-        its run's heartbeat (`Runs.seen_age`, read once per run and listing)."""
+    def _live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
+        """A mark counts while its process lives: where its run's pids are ours, its own pid tells;
+        elsewhere its run's heartbeat (`Runs.seen_age`: the runs' ages listed once per listing here)."""
         run, pid = keys.mark_of(name)
         if not pid.isdigit():
             return False
 
         def age() -> float | None:
-            if run not in ages:
-                ages[run] = self.runs.seen_age(run)
-            return ages[run]
+            if not ages:
+                ages["runs"] = self.runs.ages()
+            return ages["runs"].get(run)
 
-        return alive(run, age, self.runs.ttl, pid=int(pid))
+        return alive(run, age, self.runs.ttl, pid=int(pid), here=lambda: self.runs.here(run))
 
     def names(self) -> set[str]:
         """The live marks now, by name; dead ones are deleted."""
         live = set()
-        ages: dict[str, float | None] = {}
+        ages: dict[str, dict[str, float]] = {}
         for key in self.store.list(self.prefix):
             name = key[len(self.prefix) :]
             if self._live(name, ages):

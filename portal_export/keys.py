@@ -14,7 +14,8 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
     report/                                       the solve-health report (`report.py`)
     _state/                                       what runs share, on every host:
         breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
-        runs/<run>.json                               a run's heartbeat (`runs.py`)
+        runs/<run>.json                               a run's heartbeat (`runs.py`); <run> is
+                                                      <hostname>-<pid>-<random> (`state.new_run_id`)
         inflight/<run>-<pid>-<n>                      a solve in flight (`inflight.py`)
         waiting/<run>-<pid>-<n>                       a region that waits (`gate.py`)
         cap.json                                      the cap in force (`gate.py`)

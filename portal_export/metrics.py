@@ -21,6 +21,7 @@ reads as a unit (they count days; the contract names them so).
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -161,7 +162,8 @@ class Metrics:
                     ages[run] = runs.age(run)
                 return ages[run]
 
-            count += pid.isdigit() and alive(run, age, runs.ttl, pid=int(pid))
+            here = functools.partial(runs.here, run)  # its pids are ours: the same machine and PID namespace
+            count += pid.isdigit() and alive(run, age, runs.ttl, pid=int(pid), here=here)
         return count
 
     # ---------------------------------------------------------------------------- the metrics
@@ -177,7 +179,7 @@ class Metrics:
         window = self.window()
         missing = [d for d in window if d not in complete]
         state = self.store.list(keys.STATE)
-        cap_seen = CapInForce(self.store, s.ttl_s).read() if keys.CAP in state else None
+        cap_seen = CapInForce(self.store, Runs(self.store, s.ttl_s)).read() if keys.CAP in state else None
         facts = [self.facts(d) for d in days]
         errors: Counter[str] = Counter()
         for f in facts:

@@ -1,14 +1,15 @@
 """The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json` in the store.
 
-A run id is `<hostname>-<pid>` of the CLI process that stewards the run; the processes it starts
-(Luigi's forked tasks) learn it from `RUN_ENV`. The run writes its object, `{"t": wall time, ...}`,
-at its start and every heartbeat, and deletes it at its end. A run is alive (`state.alive`, the one
-verdict) while its object is there and
-- on this host: its pid is alive (exact, and at once when it dies);
-- on another host: its heartbeat is younger than the TTL (a dead host stops beating; after the TTL
-  every host sees it dead). Hosts' clocks must agree to well within the TTL, as NTP keeps them.
-
-Hostnames must differ between hosts (Luigi's worker ids and the failure records assume it too).
+A run id is `<hostname>-<pid>-<random>` (`state.new_run_id`) of the CLI process that stewards the
+run: unique whatever the hostnames and PID namespaces; the processes it starts (Luigi's forked
+tasks) learn it from `RUN_ENV`. The run writes its object, `{"t": wall time, "where": its boot and
+PID namespace, ...}`, at its start and every heartbeat, and deletes it at its end. A run is alive
+(`state.alive`, the one verdict) while its object is there and
+- where its heartbeat's `where` is this process's (`state.machine`: the same boot and PID
+  namespace, so its pids are ours): its pid is alive (exact, and at once when it dies);
+- anywhere else: its heartbeat is younger than the TTL, on the store's clock (`Runs.ages`: the
+  object's last-modified time against the store's time now), so no host's clock enters and hosts
+  whose clocks disagree by minutes agree on which runs go.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from . import keys
-from .state import alive, read_dict, stamp_of, stamped
+from .state import alive, machine, new_run_id, read_dict, stamped
 from .state import pid_alive as pid_alive
 from .state import split_run as split_run
 from .state import this_host as this_host
@@ -43,29 +43,39 @@ def ttl_s(plan_every_s: float) -> float:
     return max(MIN_TTL_S, 2 * plan_every_s)
 
 
+def _same(value: float) -> float:
+    return value
+
+
+_own: dict[int, str] = {}  # pid -> this process's own run id (a forked child makes its own)
+
+
+def own_run() -> str:
+    """This process's own run id: the same for every Luigi run of one CLI command."""
+    return _own.setdefault(os.getpid(), new_run_id())
+
+
 def current_run() -> str:
     """The run this process belongs to: its CLI's (RUN_ENV), else its own."""
-    return os.environ.get(RUN_ENV) or f"{this_host()}-{os.getpid()}"
+    return os.environ.get(RUN_ENV) or own_run()
 
 
 class Runs:
-    """The runs' heartbeats in `store`; `alive()` verdicts on other hosts' runs are kept `cache_s`."""
+    """The runs' heartbeats in `store`; their ages are read in one listing, kept `cache_s`."""
 
-    def __init__(
-        self, store: Store, ttl: float = MIN_TTL_S, cache_s: float = 0.0, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, store: Store, ttl: float = MIN_TTL_S, cache_s: float = 0.0) -> None:
         self.store = store
         self.ttl = ttl
         self.cache_s = cache_s
-        self.clock = clock
-        self._seen: dict[str, tuple[float | None, float]] = {}  # run -> (age, until, on time.monotonic)
+        self._ages: tuple[dict[str, float], float] = ({}, -float("inf"))  # (run -> age, until on time.monotonic)
+        self._here: dict[str, bool] = {}  # run -> on this machine and PID namespace (never changes)
 
     @staticmethod
     def key(run: str) -> str:
         return keys.run(run)
 
     def beat(self, run: str, **fields: Any) -> None:
-        write_json(self.store, self.key(run), stamped(fields, self.clock()))
+        write_json(self.store, self.key(run), stamped({**fields, "where": machine()}))
 
     def end(self, run: str) -> None:
         self.store.delete(self.key(run))
@@ -73,39 +83,55 @@ class Runs:
     def state(self, run: str) -> dict[str, Any] | None:
         return read_dict(self.store, self.key(run))
 
-    def age(self, run: str, state: dict[str, Any] | None = None) -> float | None:
-        """Seconds since the run's last heartbeat (read unless its `state` is given); None when it has none."""
-        if state is None:
-            state = self.state(run)
-        try:
-            t = None if state is None else stamp_of(state)
-        except (TypeError, ValueError):
-            return None
-        return None if t is None else self.clock() - t
+    def ages(self, fresh: bool = False) -> dict[str, float]:
+        """Seconds since each run's last heartbeat, on the store's clock (one listing); kept `cache_s`
+        unless `fresh`."""
+        now = time.monotonic()
+        ages, until = self._ages
+        if fresh or now >= until:
+            modified, store_now = self.store.written(PREFIX)
+            ages = {keys.run_of(k): max(0.0, store_now - t) for k, t in modified.items()}
+            self._ages = (ages, now + self.cache_s)
+        return ages
+
+    def age(self, run: str) -> float | None:
+        """Seconds since the run's last heartbeat (read now); None when it has none."""
+        return self.ages(fresh=True).get(run)
 
     def seen_age(self, run: str, fresh: bool = False) -> float | None:
-        """`age(run)`, kept `cache_s` (a verdict on it is the same while it is kept); `fresh`: read now."""
-        now = time.monotonic()
-        seen = self._seen.get(run)
-        if seen is not None and not fresh and now < seen[1]:
-            return seen[0]
-        age = self.age(run)
-        if self.cache_s:
-            self._seen[run] = (age, now + self.cache_s)
-        return age
+        """`age(run)`, from a listing kept `cache_s` (a verdict on it is the same while it is kept)."""
+        return self.ages(fresh).get(run)
 
-    def alive(self, run: str, fresh: bool = False) -> bool:
-        """Whether `run` still goes; `fresh`: not from the cache (ownership is decided on this)."""
-        return alive(run, lambda: self.seen_age(run, fresh), self.ttl)
+    def here(self, run: str, state: dict[str, Any] | None = None) -> bool:
+        """Whether `run` runs on this machine in this PID namespace, so its pids are ours: its
+        heartbeat's `where` (read once per run unless `state` is given) is this process's."""
+        if run == current_run():
+            return machine() is not None
+        if run not in self._here:
+            if state is None:
+                state = self.state(run)
+            if state is None:
+                return False  # no heartbeat (yet, or any more): not known, the heartbeat decides
+            self._here[run] = machine() is not None and state.get("where") == machine()
+        return self._here[run]
+
+    def alive(self, run: str, fresh: bool = False, pid: int | None = None) -> bool:
+        """Whether `run` (or, given `pid`, that process of it) still goes; `fresh`: ages read now
+        (ownership is decided on this)."""
+        if run == current_run() and pid is None and machine() is not None:
+            # this process's own run has its heartbeat while its CLI lives (it deletes it on its way
+            # out, after its tasks): no listing on the way to each submit
+            where = split_run(run)
+            return where is not None and pid_alive(where[1])
+        return alive(run, lambda: self.seen_age(run, fresh), self.ttl, pid=pid, here=lambda: self.here(run))
 
     def live(self, key: str | None = None) -> list[str]:
         """The runs alive now (of scheduler `key`, if given); the objects of dead ones are deleted."""
         found = []
-        for name in self.store.list(PREFIX):
-            run = keys.run_of(name)
+        for run, age in self.ages(fresh=True).items():
             state = self.state(run)  # one read for the verdict and the key
-            if not alive(run, functools.partial(self.age, run, state), self.ttl):
-                self.store.delete(name)
+            if not alive(run, functools.partial(_same, age), self.ttl, here=functools.partial(self.here, run, state)):
+                self.store.delete(self.key(run))
                 continue
             if key is None or (state or {}).get("key") == key:
                 found.append(run)

@@ -6,10 +6,15 @@ The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `
 
 - `read_dict`: an object is a JSON dict, or nothing. Any host may find an object half-written by a
   foreign tool, or of another shape; each caller says what a garbled one means to it.
-- The time stamp of every object is its `t` (wall-clock seconds; hosts' clocks agree through NTP).
+- The time stamp of every object is its `t` (wall-clock seconds of the host that wrote it: for
+  people and for durations a run measures on its own clock; hosts' clocks may disagree, so no
+  verdict on another host's object compares its `t` with this host's clock, see `Runs.ages`).
   Failure records and alert claims were stamped `at`: they are written with both names, so hosts
   of an earlier version and outside readers still find `at`, and `stamp_of` reads either.
-- `alive`: the one verdict on a run (`<hostname>-<pid>`, see runs.py), or on one process of it.
+- `new_run_id`, `split_run`: a run's identity, `<hostname>-<pid>-<random>`, which no other run has
+  whatever the hostnames and PID namespaces; `machine`: the boot and PID namespace this process
+  runs in, which tell whether another run's pid means anything here.
+- `alive`: the one verdict on a run, or on one process of it.
 - `Chain`: numbered generations under one folder, each created once through the store's
   conditional `create` (the cap's lease, an alert's claims).
 - `serial`: a number no other call of this process gets, for names that must not collide.
@@ -17,9 +22,12 @@ The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
+import re
+import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -87,6 +95,35 @@ def this_host() -> str:
     return socket.gethostname()
 
 
+RUN_ID = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})")
+
+
+def new_run_id() -> str:
+    """A run's identity: hostname and pid for people, and a random part, as Luigi's worker ids have,
+    because neither is unique (hosts cloned from one image share a hostname; every container's CLI
+    may be pid 3)."""
+    return f"{this_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def split_run(run: str) -> tuple[str, int] | None:
+    """(hostname, pid) of a run id; None when it is not one (nor an old `<hostname>-<pid>`: a run
+    of an earlier version is not told apart, so it counts as no live run)."""
+    found = RUN_ID.fullmatch(run)
+    return (found["host"], int(found["pid"])) if found else None
+
+
+@functools.cache
+def machine() -> str | None:
+    """This process's boot and PID namespace: a run whose heartbeat says the same runs where its
+    pids are this process's pids. None where /proc does not tell (then no pid is trusted)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot} {os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -97,33 +134,39 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def split_run(run: str) -> tuple[str, int] | None:
-    """(hostname, pid) of a run id; None when it is not one."""
-    host, _, pid = run.rpartition("-")
-    return (host, int(pid)) if host and pid.isdigit() else None
-
-
-def alive(run: str, age: Callable[[], float | None], ttl: float, pid: int | None = None) -> bool:
+def alive(
+    run: str,
+    age: Callable[[], float | None],
+    ttl: float,
+    pid: int | None = None,
+    here: Callable[[], bool] = lambda: False,
+) -> bool:
     """Whether `run` still goes or, given `pid`, that process of it (a task that marked a solve).
 
-    `age` is the seconds since the run's last heartbeat, None when it has none; it is asked only
-    when the verdict needs it (it may be a store request), at most once.
-    - On this host: the pid is alive (exact, and at once when it dies: nothing is asked), and
-      the run, not one process of it, still has a heartbeat (a run that ended deleted its own).
-    - On another host: the heartbeat is younger than `ttl` (a dead host stops beating; after the
-      TTL every host sees it dead).
+    `age` is the seconds since the run's last heartbeat on the store's clock (`Runs.ages`), None
+    when it has none; `here` whether the run is on this machine, in this PID namespace (its
+    heartbeat says so, `machine`). Each is asked only when the verdict needs it (they may be store
+    requests), at most once.
+    - Here: the pid is alive (exact, and at once when it dies), and the run, not one process of it,
+      still has a heartbeat (a run that ended deleted its own).
+    - Elsewhere (another host, another container on this one, or not known): the heartbeat is
+      younger than `ttl` (a dead host stops beating; after the TTL every host sees it dead).
     - A name that is no run id is no live run.
     """
     where = split_run(run)
     if where is None:
         return False
-    host, run_pid = where
-    if host == this_host():
+    if here():
         if pid is not None:
             return pid_alive(pid)
-        return pid_alive(run_pid) and age() is not None
+        return pid_alive(where[1]) and age() is not None
     seen = age()
     return seen is not None and seen < ttl
+
+
+def store_now(store: Store) -> float:
+    """The store's time now (`Store.modified`'s, from the listing of the runs' few heartbeats)."""
+    return store.written(keys.RUNS)[1]
 
 
 # ----------------------------------------------------------------------------- generation chain

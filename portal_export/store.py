@@ -6,6 +6,9 @@ records, the cap log, leases) through this protocol only, so it never knows whic
 Luigi layer builds the store from the data dir (`tasks/targets.py`), an object store through
 `luigi.contrib.s3`.
 
+Ages are the store's: `modified` gives objects' last-modified times with the store's time now, so
+hosts whose clocks disagree still agree on how old an object is.
+
 Every write is whole or not at all: a reader, on this host or another, sees the old object, the
 new one, or none, never a torn one. `create` is the one conditional write (a local exclusive link,
 S3's `If-None-Match: *`): whoever creates a key first wins, on every host, which is what leases and
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -74,6 +78,11 @@ class Store(Protocol):
 
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
         """`list`'s first `limit` objects (all when None), with their sizes and times."""
+        ...
+
+    def written(self, prefix: str) -> tuple[dict[str, float], float]:
+        """When each key under `prefix` was last written, and the time now, both on the store's own
+        clock (one listing): ages that no host's clock enters."""
         ...
 
 
@@ -151,6 +160,13 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
+
+    def written(self, prefix: str) -> tuple[dict[str, float], float]:
+        """The files' mtimes and the time now. A directory is on one machine: its mtimes are that
+        machine's kernel clock (a network file system's server's), as this host's clock is for a
+        local disk."""
+        times = {entry.key: entry.modified for entry in self.entries(prefix)}
+        return times, max([time.time(), *times.values()])
 
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         return [key for key in self._walk(prefix) if key > start_after]

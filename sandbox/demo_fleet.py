@@ -95,6 +95,14 @@ def submits(sb: Sandbox) -> Counter[Region]:
     return Counter((q["day"][0], q["region"][0]) for q in pages)
 
 
+def still_solving(sb: Sandbox, margin_s: float = 0.5) -> set[Region]:
+    """Regions whose CaptchaAI task will not be ready for `margin_s` yet: they cannot end between a
+    look and a kill, however loaded the machine."""
+    now = sb.now()
+    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks() if t["ready_t"] > now + margin_s)
+    return {(q["day"][0], q["region"][0]) for q in pages}
+
+
 def delivered(sb: Sandbox) -> Counter[Region]:
     """Tokens the portal accepted per (day, region): each is a delivery of that region's records."""
     accepted = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks() if t["token_accepted"])
@@ -219,7 +227,7 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
             next_line = time.monotonic() + 2
         if not victim.killed and victim.proc is not None and victim.proc.poll() is None:
             running = host_regions(victim)["running"]
-            solving = running & set(submits(sb))
+            solving = running & still_solving(sb)
             if sum(delivered(sb).values()) >= KILL_AFTER and solving:
                 doomed = victim.kill()
                 victim.proc.wait(timeout=10)  # the kernel ends the namespace (or group) with it

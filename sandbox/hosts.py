@@ -8,6 +8,13 @@ luigid's worker list, failure records and alerts name it). It shares with the ot
 the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR and the
 store's credentials) and the sandbox (CAPTCHAAI_API_BASE, PORTAL_BASE_URL).
 
+Hosts may also be made as real fleets go wrong: `hostname=` gives several hosts one hostname
+(containers on one machine's network, virtual machines cloned from one image), and `clock_s=` moves
+the wall clock of every Python process of the host that many seconds (a `sitecustomize` module on
+its PYTHONPATH shifts `time.time`, `time.time_ns` and `datetime`'s now; the monotonic clock and
+sleeps are left alone, as a host's are when only its wall clock is wrong: Debian's libfaketime
+0.9.10 breaks Python's `time.sleep` or its timed waits instead).
+
 `kill()` is a machine dying: SIGKILL of the namespace's init, after which the kernel kills every
 process in the namespace at once, task processes included.
 
@@ -40,6 +47,33 @@ AS_HOST = (
 )
 # A host without a namespace: `python -m ops` leads a process group (start_new_session).
 AS_GROUP = "import os, sys; os.execv(sys.executable, [sys.executable, '-m', 'ops', *sys.argv[2:]])"
+# A host whose wall clock is off: imported by every Python process started with it on PYTHONPATH.
+SKEWED_CLOCK = """\
+import datetime as _datetime
+import time as _time
+
+OFFSET_S = {offset!r}
+_real_time, _real_time_ns = _time.time, _time.time_ns
+_time.time = lambda: _real_time() + OFFSET_S
+_time.time_ns = lambda: _real_time_ns() + int(OFFSET_S * 1e9)
+
+
+class _Now(_datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return _datetime.datetime.fromtimestamp(_time.time(), tz)
+
+    @classmethod
+    def utcnow(cls):
+        return _datetime.datetime.fromtimestamp(_time.time(), _datetime.timezone.utc).replace(tzinfo=None)
+
+    @classmethod
+    def today(cls):
+        return cls.now()
+
+
+_datetime.datetime = _Now
+"""
 
 
 @dataclass
@@ -61,9 +95,19 @@ class Host:
     """One worker host. `start(*argv)` runs `python -m ops *argv` there in the background."""
 
     def __init__(
-        self, name: str, parent: Path, env: dict[str, str], layered_cfg: str = "", namespaced: bool = True
+        self,
+        name: str,
+        parent: Path,
+        env: dict[str, str],
+        layered_cfg: str = "",
+        namespaced: bool = True,
+        hostname: str | None = None,
+        clock_s: float = 0.0,
     ) -> None:
+        """`name` names its folder, and its hostname unless `hostname` is given (namespaced hosts
+        only); `clock_s`: how far its wall clock is ahead (negative: behind)."""
         self.name = name
+        self.hostname = hostname or name
         self.namespaced = namespaced
         self.home = parent / name
         self.home.mkdir(parents=True)
@@ -81,6 +125,10 @@ class Host:
             "PORTAL_VAR_DIR": str(self.home / "var"),
             "LUIGI_CONFIG_PATH": str(self.home / "site.cfg"),
         }
+        if clock_s:
+            (self.home / "clock").mkdir()
+            (self.home / "clock" / "sitecustomize.py").write_text(SKEWED_CLOCK.format(offset=float(clock_s)))
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.home / "clock"), env.get("PYTHONPATH")]))
         self.proc: subprocess.Popen[bytes] | None = None
         self.killed = False
 
@@ -89,7 +137,7 @@ class Host:
         self.out_path, self.err_path = self.home / "out.log", self.home / "err.log"
         self.proc = subprocess.Popen(
             [*(UNSHARE if self.namespaced else []), sys.executable, "-c", AS_HOST if self.namespaced else AS_GROUP]
-            + [self.name, *argv],
+            + [self.hostname, *argv],
             cwd=self.home,
             env=self.env,
             stdout=open(self.out_path, "w"),  # noqa: SIM115 (the host's output for as long as it runs)

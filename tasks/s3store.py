@@ -17,6 +17,7 @@ other error is mapped to a `StoreError` naming the store and the cause in one li
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import os
 import re
@@ -282,6 +283,25 @@ class S3Store:
             ]
 
         return sorted(self._retry(found, f"listing {prefix or '/'}"))
+
+    def written(self, prefix: str) -> tuple[dict[str, float], float]:
+        """Each object's LastModified and the store's time now: the Date of the listing's answer (whole
+        seconds; never before an object it lists)."""
+
+        def times() -> tuple[dict[str, float], float]:
+            pages = self.client.api.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            )
+            found, now = {}, 0.0
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    found[obj["Key"][len(self.prefix) :]] = obj["LastModified"].timestamp()
+                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+                if date:
+                    now = max(now, email.utils.parsedate_to_datetime(date).timestamp())
+            return found, max([now, *found.values()])
+
+        return self._retry(times, f"listing {prefix or '/'}")
 
     def check(self) -> None:
         """Before any other request of a run: the bucket is there and the credentials are taken.

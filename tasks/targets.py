@@ -99,6 +99,7 @@ def target(key: str) -> luigi.target.FileSystemTarget:
 # The tasks' names for the keys portal_export/keys.py spells.
 
 region_key = keys.region
+region_dir = keys.region_dir
 DAY_PREFIX = keys.DAY_PREFIX
 day_records_key = keys.day_records
 day_health_key = keys.day_health

@@ -287,15 +287,16 @@ def shared_central(tmp_path_factory):
 
 @pytest.fixture
 def hosts(tmp_path):
-    """hosts(name, env, layered_cfg="") makes a worker host (sandbox/hosts.py); all are stopped afterwards."""
+    """hosts(name, env, layered_cfg="", hostname=None, clock_s=0) makes a worker host
+    (sandbox/hosts.py); all are stopped afterwards."""
     from sandbox.hosts import Host, unshare_works
 
     if not unshare_works():
         pytest.fail("worker hosts need root and `unshare --pid` (CI runs as root)")
     made = []
 
-    def make(name, env, layered_cfg=""):
-        host = Host(name, tmp_path / "hosts", env, layered_cfg)
+    def make(name, env, layered_cfg="", hostname=None, clock_s=0.0):
+        host = Host(name, tmp_path / "hosts", env, layered_cfg, hostname=hostname, clock_s=clock_s)
         made.append(host)
         return host
 

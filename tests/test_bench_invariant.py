@@ -103,6 +103,16 @@ def test_lower_bound_is_the_larger_of_spread_work_and_the_longest_solve():
     assert metrics.lower_bound([], 4, FP, EVERY) == 0.0
 
 
+def test_the_list_schedule_starts_each_solve_on_the_first_free_slot():
+    solves = [1.0, 3.2, 2.2, 8.1]  # p = 1.5, 3.5, 2.5, 8.5
+    assert metrics.list_schedule(solves, 1, FP, EVERY) == pytest.approx(16.0)
+    # two slots: 1.5 | 3.5; 2.5 on the first (free at 1.5) -> 4.0; 8.5 on the second (3.5) -> 12.0
+    assert metrics.list_schedule(solves, 2, FP, EVERY) == pytest.approx(12.0)
+    assert metrics.list_schedule(solves, 2, FP, EVERY) >= metrics.lower_bound(solves, 2, FP, EVERY)
+    assert metrics.list_schedule([3.2] * 8, 4, FP, EVERY) == pytest.approx(7.0)
+    assert metrics.list_schedule([], 4, FP, EVERY) == 0.0
+
+
 def test_peak_concurrency_does_not_count_a_handoff_as_overlap():
     assert metrics.peak_concurrency([(0, 1), (1, 2)]) == 1
     assert metrics.peak_concurrency([(0, 2), (1, 3), (1.5, 1.7)]) == 3
@@ -146,6 +156,7 @@ def test_summarize_a_hand_made_run():
     s = metrics.summarize(run, FP, EVERY)
     # p = 2.5, 3.5, 1.5: sum 7.5 -> bound max(3.75, 3.5)
     assert s["lower_bound_s"] == pytest.approx(3.75)
+    assert s["list_schedule_s"] == pytest.approx(4.0)  # in submit order: 2.5 | 3.5, then 1.5 after 2.5
     assert s["ratio"] == pytest.approx(8.0 / 3.75)
     assert s["utilisation"] == pytest.approx((2.55 + 3.5 + 1.52) / 16)
     assert s["solves_per_region"] == pytest.approx(4 / 3)

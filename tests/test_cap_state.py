@@ -1,8 +1,10 @@
 """The deployment-wide state of the cap, on a local data dir and on a real object store (SeaweedFS):
 runs' heartbeats, the marks of solves in flight, the gate's admission without a lock, the cap in
-force, and the one owner of the cap (the lease). "Another host" is a run id with another hostname,
-whose heartbeat a test writes (as that host's CLI would) with the time it wants."""
+force, and the one owner of the cap (the lease). "Another host" is a run whose heartbeat names
+another machine, which a test writes as that host's CLI would; its age on the store's clock is what
+the test wants (`beat`: the store's listing, its times moved back by that age)."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -14,24 +16,44 @@ from portal_export.gate import CapInForce, Gate
 from portal_export.inflight import LOCAL_STEP_S, REMOTE_STEP_S, InFlight
 from portal_export.lease import Lease
 from portal_export.runs import Runs, current_run, this_host
+from portal_export.state import store_now
 from portal_export.store import LocalStore
 
 TTL = 10.0
-OTHER = "other-host-4242"  # a run on another host: its pid means nothing here
+OTHER = "other-host-4242-0badc0de"  # a run on another host: its pid means nothing here
+
+
+def aged(store):
+    """`store`, its listing's times of some keys moved back (`store.aged[key] = seconds`): how the
+    store's clock shows an object written that long ago (an object store sets its own times)."""
+    real = store.written
+    store.aged = {}
+
+    def written(prefix):
+        times, now = real(prefix)
+        return {key: t - store.aged.get(key, 0.0) for key, t in times.items()}, now
+
+    store.written = written
+    return store
 
 
 @pytest.fixture(params=["local", "s3"])
 def store(request, tmp_path):
     if request.param == "local":
-        return LocalStore(tmp_path / "data")
+        return aged(LocalStore(tmp_path / "data"))
     from tasks.s3store import S3Store
 
-    return S3Store(request.getfixturevalue("s3_data_dir"))
+    return aged(S3Store(request.getfixturevalue("s3_data_dir")))
 
 
-def beat(store, run, age=0.0, **fields):
-    """`run`'s heartbeat as it wrote it `age` seconds ago."""
-    Runs(store, clock=lambda: time.time() - age).beat(run, **fields)
+def beat(store, run, age=0.0, here=False, **fields):
+    """`run`'s heartbeat as it wrote it `age` seconds ago (the store's clock), on another machine
+    unless `here`."""
+    Runs(store).beat(run, **fields)
+    if not here:
+        key = f"_state/runs/{run}.json"
+        store.write(key, json.dumps({**json.loads(store.read(key)), "where": "another machine"}).encode())
+    store.aged[f"_state/runs/{run}.json"] = age
 
 
 def foreign_mark(store, run, pid=17, n=0):
@@ -66,21 +88,38 @@ def test_a_run_on_another_host_is_alive_while_its_heartbeat_is_younger_than_the_
 
 
 def test_a_run_on_this_host_is_alive_while_its_pid_is(store):
+    """ "This host" is this boot and PID namespace, as the heartbeat says: not the hostname."""
     runs = Runs(store, ttl=TTL)
-    me, gone = current_run(), f"{this_host()}-{dead_pid()}"
-    beat(store, me, age=TTL * 5)  # a stale heartbeat, but a pid that lives: alive
-    beat(store, gone)  # a fresh heartbeat, but its process is gone: dead at once
+    me, gone = current_run(), f"{this_host()}-{dead_pid()}-0badc0de"
+    beat(store, me, age=TTL * 5, here=True)  # a stale heartbeat, but a pid that lives: alive
+    beat(store, gone, here=True)  # a fresh heartbeat, but its process is gone: dead at once
     assert runs.alive(me) and not runs.alive(gone)
+    twin = f"{this_host()}-{dead_pid()}-1badc0de"  # this hostname, but another machine or container
+    beat(store, twin)
+    assert runs.alive(twin)  # its pid means nothing here: its heartbeat decides
+    store.aged[f"_state/runs/{twin}.json"] = TTL + 1
+    assert not runs.alive(twin, fresh=True)
+
+
+def test_the_store_tells_a_heartbeats_age(store):
+    """Ages on the store's own clock: the listing's times against the listing's own time now."""
+    Runs(store).beat(OTHER)
+    before = store_now(store)
+    (age,) = Runs(store).ages().values()
+    assert 0 <= age <= 2  # whole seconds on an object store
+    while store_now(store) < before + 2:  # the store's clock moves on, whatever this host's does
+        time.sleep(0.1)
+    assert Runs(store).age(OTHER) >= 1
 
 
 def test_live_runs_are_those_of_one_scheduler_and_dead_ones_are_deleted(store):
     beat(store, OTHER, key="k1")
-    beat(store, "third-host-9", key="k2")
-    beat(store, "dead-host-3", age=TTL + 1, key="k1")
+    beat(store, "third-host-9-0badc0de", key="k2")
+    beat(store, "dead-host-3-0badc0de", age=TTL + 1, key="k1")
     runs = Runs(store, ttl=TTL)
     assert runs.live("k1") == [OTHER]
-    assert sorted(runs.live()) == sorted([OTHER, "third-host-9"])
-    assert store.read("_state/runs/dead-host-3.json") is None
+    assert sorted(runs.live()) == sorted([OTHER, "third-host-9-0badc0de"])
+    assert store.read("_state/runs/dead-host-3-0badc0de.json") is None
 
 
 # ----------------------------------------------------------------------------------------- marks
@@ -89,11 +128,12 @@ def test_live_runs_are_those_of_one_scheduler_and_dead_ones_are_deleted(store):
 def test_marks_count_over_hosts_while_their_runs_live_and_dead_ones_are_deleted(store):
     inflight = InFlight(store, Runs(store, ttl=TTL))
     beat(store, OTHER)
-    beat(store, "dead-host-5", age=TTL + 1)
+    beat(store, "dead-host-5-0badc0de", age=TTL + 1)
+    beat(store, current_run(), here=True)
     foreign_mark(store, OTHER, n=0)
     foreign_mark(store, OTHER, n=1)
-    stale = foreign_mark(store, "dead-host-5")  # a dead host's solve: counts no more
-    killed = f"_state/inflight/{this_host()}-1-{dead_pid()}-0"  # a killed task of this host
+    stale = foreign_mark(store, "dead-host-5-0badc0de")  # a dead host's solve: counts no more
+    killed = f"_state/inflight/{current_run()}-{dead_pid()}-0"  # a killed task of this run
     store.write(killed, b"")
     with inflight.solving():
         assert inflight.count() == 3  # ours and the other host's two
@@ -110,25 +150,26 @@ def test_a_poke_reaches_another_hosts_governor(store):
 
 
 def test_the_cap_in_force_holds_only_while_its_run_lives(store):
-    """The owner rewrites the cap in force every heartbeat: from another host, a file older than the
-    TTL is a dead owner's; on this host, the owner's pid tells."""
-    import json
-
+    """The cap in force holds while its owner's run does: from another host, its heartbeat younger
+    than the TTL on the store's clock, whatever the file's stamp says; on this host, the owner's pid."""
     gate = Gate(store, configured=4, plan_every_s=0.5)  # TTL 10 s
+    beat(store, OTHER)
     CapInForce(store).write(2, time.time(), OTHER)
     assert gate.cap() == 2
 
-    def written(run, age):
-        state = {"cap": 1, "read_at": time.time() - age, "run": run, "t": time.time() - age}
+    def written(run, age, stamp=0.0):
+        state = {"cap": 1, "read_at": 1.0, "run": run, "t": time.time() + stamp}
         store.write("_state/cap.json", json.dumps(state).encode())
+        beat(store, run, age=age, here=run != OTHER)
+        gate.inflight.runs.ages(fresh=True)
 
-    written(OTHER, age=TTL - 2)
+    written(OTHER, age=TTL - 2, stamp=-600)  # a clock 10 minutes behind: nothing to the verdict
     assert gate.cap() == 1
-    written(OTHER, age=TTL + 1)  # its host died: the owner no longer rewrites it
+    written(OTHER, age=TTL + 1, stamp=+600)  # its host died (a clock 10 minutes ahead)
     assert gate.cap() == 4
-    written(current_run(), age=TTL * 5)  # this host's owner, alive however old the file
+    written(current_run(), age=TTL * 5)  # this host's owner, alive however old its heartbeat
     assert gate.cap() == 1
-    written(f"{this_host()}-{dead_pid()}", age=0)  # this host's owner, killed a moment ago
+    written(f"{this_host()}-{dead_pid()}-0badc0de", age=0)  # this host's owner, killed a moment ago
     assert gate.cap() == 4
 
 
@@ -185,7 +226,7 @@ def race(store, cap, processes, solves):
     """`processes` processes, `solves` solves each, under a cap of `cap`: the intervals they held."""
     import os
 
-    beat(store, current_run())
+    beat(store, current_run(), here=True)
     CapInForce(store).write(cap, time.time(), current_run())
     where = str(store.root) if isinstance(store, LocalStore) else store.location("").rstrip("/")
     env = {**os.environ, "PORTAL_DATA_DIR": where, "PORTAL_EXPORT_RUN": current_run()}
@@ -213,7 +254,7 @@ def test_one_owner_at_a_time_and_a_dead_owners_lease_passes_on(store):
     beat(store, OTHER)
     theirs = Lease(store, "k", runs, OTHER)
     mine = Lease(store, "k", runs, current_run())
-    beat(store, current_run())
+    beat(store, current_run(), here=True)
     assert theirs.acquire() and theirs.gen == 1
     assert not mine.acquire()  # its holder beats
     assert mine.holder() == OTHER
@@ -225,9 +266,9 @@ def test_one_owner_at_a_time_and_a_dead_owners_lease_passes_on(store):
 
 def test_of_contenders_for_a_dead_owners_lease_one_wins(store):
     runs = Runs(store, ttl=TTL)
-    beat(store, "dead-host-5", age=TTL + 1)
-    assert Lease(store, "k", runs, "dead-host-5").acquire()
-    contenders = [f"host-{n}-{n}" for n in range(4)]
+    beat(store, "dead-host-5-0badc0de", age=TTL + 1)
+    assert Lease(store, "k", runs, "dead-host-5-0badc0de").acquire()
+    contenders = [f"host-{n}-{n}-0badc0de" for n in range(4)]
     for run in contenders:
         beat(store, run)
     leases = [Lease(store, "k", runs, run) for run in contenders]
@@ -265,8 +306,8 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
     steward.start()
     try:
         assert steward._owner and steward.lease.gen == 1
-        heir = "other-host-9"
-        beat(steward.store, heir, key=steward.key)
+        heir = "other-host-9-0badc0de"
+        beat(aged(steward.store), heir, key=steward.key)
         claim = json.dumps({"run": heir, "t": time.time()}).encode()
         assert steward.store.create(f"_state/governor/{steward.key}/00000002.json", claim)
         deadline = time.monotonic() + 5

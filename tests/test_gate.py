@@ -58,7 +58,8 @@ def test_the_cap_in_force_is_the_live_runs_file_else_the_configured_cap(tmp_path
     assert gate.cap() == 4  # nobody follows the plan
     set_cap(tmp_path, 2, time.time())
     assert gate.cap() == 2
-    killed = f"{this_host()}-{dead_pid()}"
+    killed = f"{this_host()}-{dead_pid()}-0badc0de"
+    Runs(LocalStore(tmp_path)).beat(killed)  # on this machine: its pid tells
     (tmp_path / "_state" / "cap.json").write_text(
         f'{{"cap": 0, "read_at": 1.0, "run": "{killed}", "t": {time.time()}}}'
     )
@@ -107,20 +108,23 @@ def test_a_busy_verdict_stops_a_solve_waiting_at_the_gate_with_plan_busy(tmp_pat
 # ------------------------------------------------------------------------------------- a busy refusal
 
 
-def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_after_it(tmp_path):
+@pytest.mark.parametrize("owner_clock_s", [0, -600])
+def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_after_it(tmp_path, owner_clock_s):
+    """A reading after the refusal is one published after it, whatever the owner's clock says
+    (-600: the owner's host is 10 minutes behind this one's)."""
     gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=5.0)
-    set_cap(tmp_path, 4, time.time() - 5)  # a reading from before the refusal
+    set_cap(tmp_path, 4, time.time() + owner_clock_s - 5)  # a reading from before the refusal
     seen = []
 
     def reading_later():
         time.sleep(0.2)
         seen.append(Waiting(LocalStore(tmp_path)).count())
-        set_cap(tmp_path, 2, time.time())
+        set_cap(tmp_path, 2, time.time() + owner_clock_s)
 
     reader = threading.Thread(target=reading_later)
     reader.start()
     started = time.monotonic()
-    gate.after_refusal(time.time(), time.time(), "all 5 plan threads busy")
+    gate.after_refusal(time.time(), "all 5 plan threads busy")
     waited = time.monotonic() - started
     reader.join()
     assert seen == [1]  # waiting (its slot lent) while it waited
@@ -131,7 +135,7 @@ def test_after_a_refusal_the_solve_waits_marked_as_waiting_for_a_reading_made_af
 def test_with_nobody_reading_the_plan_a_refusal_waits_one_period(tmp_path):
     clock = Clock()
     gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
-    gate.after_refusal(clock(), clock(), "all 5 plan threads busy")
+    gate.after_refusal(clock(), "all 5 plan threads busy")
     assert clock() == pytest.approx(1003.0, abs=0.05)
 
 
@@ -140,7 +144,7 @@ def test_under_a_fixed_cap_a_refused_region_keeps_its_slot(tmp_path):
     seen = []
     gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=0.2, follows_plan=False)
     gate.sleep = lambda s: (seen.append(gate.waiting.count()), time.sleep(s))
-    gate.after_refusal(time.time(), time.time(), "all 5 plan threads busy")
+    gate.after_refusal(time.time(), "all 5 plan threads busy")
     assert seen and set(seen) == {0}
 
 
@@ -149,9 +153,9 @@ def test_refusals_in_a_row_for_twenty_plan_periods_fail_with_plan_busy(tmp_path)
     gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=3.0, clock=clock, sleep=clock.sleep)
     since = clock()
     for _ in range(ZERO_CAP_PERIODS - 1):
-        gate.after_refusal(clock(), since, "all 5 plan threads busy")
+        gate.after_refusal(since, "all 5 plan threads busy")
     with pytest.raises(PermanentError) as info:
-        gate.after_refusal(clock(), since, "all 5 plan threads busy")
+        gate.after_refusal(since, "all 5 plan threads busy")
     assert info.value.code == "PLAN_BUSY"
     assert str(info.value).startswith("PLAN_BUSY: no plan thread usable for 60 s: all 5 plan threads busy")
     assert clock() - since == pytest.approx(ZERO_CAP_PERIODS * 3.0, abs=0.05)

@@ -13,7 +13,7 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import TransientError
 from portal_export.governor import ZERO_CAP_PERIODS, Governor, Reading, decide, target_cap
 from portal_export.inflight import InFlight
-from portal_export.runs import this_host
+from portal_export.runs import current_run
 from portal_export.store import LocalStore
 
 CAP, SPARE = 4, 1
@@ -200,7 +200,7 @@ def test_solves_in_flight_are_counted_across_processes_and_dead_ones_are_dropped
         assert inflight.count() == 2
     assert inflight.count() == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "_state" / "inflight" / f"{this_host()}-1-{int(dead.stdout)}-0").touch()  # a killed task's mark
+    (tmp_path / "_state" / "inflight" / f"{current_run()}-{int(dead.stdout)}-0").touch()  # a killed task's mark
     assert inflight.count() == 0 and list((tmp_path / "_state" / "inflight").iterdir()) == []
 
 

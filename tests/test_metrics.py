@@ -15,7 +15,7 @@ from ops import metrics as ops_metrics
 from portal_export import keys
 from portal_export.metrics import Metrics, Settings, midnight_utc
 from portal_export.runs import Runs
-from portal_export.state import this_host
+from portal_export.state import new_run_id
 from portal_export.store import LocalStore, StoreError, write_json
 
 NOW = datetime.datetime(2026, 7, 10, 12, 0, tzinfo=datetime.timezone.utc).timestamp()
@@ -78,7 +78,7 @@ def test_every_contract_metric_from_a_data_dir_built_by_hand(store):
     store.write(keys.region(day(6), "north"), b"{}")  # a region done, the day not: missing, not failed
     store.write(keys.day_records(day(7)), b"")  # half a day (no health file): not complete
     # _state/: a breaker, the cap of a live run on this host, two solves in flight (one dead)
-    run = f"{this_host()}-{os.getpid()}"
+    run = new_run_id()
     Runs(store).beat(run)
     write_json(store, keys.breaker("ab12"), {"code": "ERROR_WRONG_USER_KEY"})
     write_json(store, keys.CAP, {"cap": 2, "read_at": time.time(), "run": run, "t": time.time()})
@@ -228,10 +228,12 @@ def test_ports_are_numbers():
 
 
 def test_another_hosts_solves_count_while_its_run_beats_and_garbled_objects_count_nothing(store):
-    runs = Runs(store)
-    runs.beat("otherhost-123")  # alive: a fresh heartbeat
-    write_json(store, keys.run("otherhost-456"), {"t": time.time() - 600})  # dead: older than the TTL
-    for n, run in enumerate(["otherhost-123", "otherhost-123", "otherhost-456", "otherhost-789"]):
+    alive, dead, gone = "otherhost-123-0000abcd", "otherhost-456-0000abcd", "otherhost-789-0000abcd"
+    elsewhere = {"where": "another-boot-id another-pid-namespace"}  # its pids are not ours: its heartbeat tells
+    write_json(store, keys.run(alive), elsewhere)  # a fresh heartbeat
+    write_json(store, keys.run(dead), elsewhere)
+    os.utime(store.path(keys.run(dead)), (time.time() - 600, time.time() - 600))  # older than the TTL, by the store
+    for n, run in enumerate([alive, alive, dead, gone]):
         store.write(keys.mark("inflight", run, 1000 + n, n), b"")
     complete(store, day(3), health(4, 0, rows=5))
     store.write(keys.day_records(day(2)), b"")

@@ -160,9 +160,12 @@ def test_failure_records_go_by_age_and_region_targets_never():
 
 def test_an_alert_chain_keeps_its_two_newest_claims(tmp_path):
     store = LocalStore(tmp_path)
-    for night in range(6):  # the same failure, alerted every night by a new run
-        alert_once.claim(store, "f" * 24, started=night * DAY_S, host="h", now=night * DAY_S + 1)
     chain = keys.alert_claims("f" * 24)
+    for night in range(6):  # the same failure, alerted every night by a new run
+        claimed = alert_once.claim(store, "f" * 24, started=night * DAY_S, host="h")
+        assert claimed.ours
+        newest = store.path(keys.generation(chain, night))
+        os.utime(newest, (night * DAY_S + 1, night * DAY_S + 1))  # made that night, on the store's clock
     assert store.list(chain) == [keys.generation(chain, 4), keys.generation(chain, 5)]
 
 
@@ -185,7 +188,7 @@ def seed_year(store, now):
             log.note(3 if i % 2 else 4, 4, "another consumer", f"old-host-{1000 + i // 20}")
     for i in range(YEAR_CLAIMS):
         at = start + i * (365 * DAY_S / YEAR_CLAIMS)
-        alert_once.claim(store, f"{i:024x}", started=at, host="old-host", now=at)
+        alert_once.claim(store, f"{i:024x}", started=at, host="old-host")
         path = store.path(keys.generation(keys.alert_claims(f"{i:024x}"), 0))
         os.utime(path, (at, at))
 
@@ -225,7 +228,7 @@ def night(store, day):
         test_tasks.portal_mock(rs)
         assert test_tasks.build(test_tasks.FakeDayExport(date=day))
     CapLog(store).last()
-    alert_once.claim(store, f"night-{day}", started=0.0, host="h", now=1.0)
+    alert_once.claim(store, f"night-{day}", started=0.0, host="h")
     keeping.nightly()
     return collections.Counter(store.counts)
 

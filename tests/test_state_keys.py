@@ -19,6 +19,8 @@ from portal_export.state import (
     STAMP,
     Chain,
     alive,
+    machine,
+    new_run_id,
     read_dict,
     serial,
     split_run,
@@ -222,35 +224,48 @@ def never():
     raise AssertionError("the heartbeat was asked although the verdict did not need it")
 
 
-def test_a_run_of_this_host_lives_with_its_pid_and_its_heartbeat():
-    me = f"{this_host()}-{os.getpid()}"
-    assert alive(me, lambda: 1e9, ttl=10)  # however old its heartbeat: the pid tells
-    assert not alive(me, lambda: None, ttl=10)  # it ended: its heartbeat is gone
-    assert not alive(f"{this_host()}-{dead_pid()}", never, ttl=10)  # dead at once, nothing asked
+def here():
+    return True
 
 
-def test_a_process_of_a_run_on_this_host_lives_with_its_own_pid():
-    run = f"{this_host()}-1"
-    assert alive(run, never, ttl=10, pid=os.getpid())
-    assert not alive(run, never, ttl=10, pid=dead_pid())
+def test_a_run_of_this_machine_lives_with_its_pid_and_its_heartbeat():
+    me = f"{this_host()}-{os.getpid()}-0badc0de"
+    assert alive(me, lambda: 1e9, ttl=10, here=here)  # however old its heartbeat: the pid tells
+    assert not alive(me, lambda: None, ttl=10, here=here)  # it ended: its heartbeat is gone
+    assert not alive(f"{this_host()}-{dead_pid()}-0badc0de", never, ttl=10, here=here)  # dead at once, nothing asked
 
 
-def test_a_run_of_another_host_lives_while_its_heartbeat_is_younger_than_the_ttl():
-    other = "other-host-4242"
-    assert alive(other, lambda: 9.9, ttl=10)
-    assert not alive(other, lambda: 10.0, ttl=10)
-    assert not alive(other, lambda: None, ttl=10)
-    assert alive(other, lambda: 1.0, ttl=10, pid=dead_pid())  # another host's pid means nothing here
-    asked = []
-    alive(other, lambda: asked.append(1) or 1.0, ttl=10)
-    assert asked == [1]  # once
+def test_a_process_of_a_run_on_this_machine_lives_with_its_own_pid():
+    run = f"{this_host()}-1-0badc0de"
+    assert alive(run, never, ttl=10, pid=os.getpid(), here=here)
+    assert not alive(run, never, ttl=10, pid=dead_pid(), here=here)
 
 
-def test_a_name_that_is_no_run_id_is_no_live_run():
-    assert split_run("host-a-17") == ("host-a", 17)
-    for name in ("nohyphen", "-17", "host-", "host-x1"):
+def test_a_run_elsewhere_lives_while_its_heartbeat_is_younger_than_the_ttl():
+    """Elsewhere: another host, or this hostname in another PID namespace (`here` says no)."""
+    for other in ("other-host-4242-0badc0de", f"{this_host()}-{os.getpid()}-1badc0de"):
+        assert alive(other, lambda: 9.9, ttl=10)
+        assert not alive(other, lambda: 10.0, ttl=10)
+        assert not alive(other, lambda: None, ttl=10)
+        assert alive(other, lambda: 1.0, ttl=10, pid=dead_pid())  # another namespace's pid means nothing here
+        asked = []
+        alive(other, lambda: asked.append(1) or 1.0, ttl=10)  # noqa: B023 (called at once)
+        assert asked == [1]  # once
+
+
+def test_a_run_id_names_host_and_pid_and_no_other_run_has_it():
+    run = new_run_id()
+    assert split_run(run) == (this_host(), os.getpid())
+    assert run.startswith(f"{this_host()}-{os.getpid()}-") and new_run_id() != run
+    assert split_run("host-a-17-0badc0de") == ("host-a", 17)
+    for name in ("nohyphen", "-17-0badc0de", "host-0badc0de", "host-x1-0badc0de", "host-a-17", "host-a-17-0BADC0DE"):
         assert split_run(name) is None
-        assert not alive(name, never, ttl=10)
+        assert not alive(name, never, ttl=10, here=here)
+
+
+def test_this_machine_is_its_boot_and_pid_namespace():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        assert machine() == f"{f.read().strip()} {os.readlink('/proc/self/ns/pid')}"
 
 
 # ------------------------------------------------------------------------------ generation chain

@@ -25,3 +25,17 @@ def test_a_failure_a_worker_reported_or_a_task_that_never_ran_is_not_taken_over(
     task = RegionExport(datetime.date(2026, 5, 1), "north")
     assert not died_with_worker(disabled(worker_running="Worker(salt=1, host=host-b, pid=1)"), task)
     assert not died_with_worker(disabled(time_running=None), task)
+
+
+def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_dir, monkeypatch):
+    """Whether it was "written since it started" is the record's time on the store's clock against luigid's, not
+    the writer's stamp: a host 10 minutes behind still wrote it after luigid saw the task start."""
+    import time
+
+    task = RegionExport(datetime.date(2026, 5, 1), "north")
+    started = time.time() - 1  # luigid's time_running: a second ago
+    real = time.time
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time", lambda: real() - 600)
+        write_failure(targets.store(), task.failure_key(), "ERROR_PAGEURL")  # stamped 10 minutes "ago"
+    assert not died_with_worker(disabled(time_running=started), task)
