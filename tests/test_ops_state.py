@@ -44,7 +44,7 @@ def seed_local(store, now):
             clock.return_value = now - age * DAY_S
             log.note(3 + i % 2, 4, "another consumer", f"gone-host-{i}")
     for i, age in enumerate((100, 50, 1)):
-        alert_once.claim(store, f"{i:024x}", started=0, host="h", now=now - age * DAY_S)
+        alert_once.claim(store, f"{i:024x}", started=0, host="h")
         aged(store, keys.generation(keys.alert_claims(f"{i:024x}"), 0), age)
     for secret in (TEST_KEY, "a rotated key"):
         breaker.KeyBreaker(store, secret).trip("ERROR_KEY_DOES_NOT_EXIST")
@@ -110,7 +110,7 @@ def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
     log = CapLog(store)
     log.note(3, 4, "another consumer", "gone-host-1")
     log.note(4, 4, "threads free again", "gone-host-1")
-    alert_once.claim(store, "c" * 24, started=0, host="h", now=time.time())
+    alert_once.claim(store, "c" * 24, started=0, host="h")
     written = time.time()
     env = {"LUIGI_CONFIG_PATH": str(cfg), "CAPTCHAAI_API_KEY": TEST_KEY}
     state = cli("state", **env)
