@@ -64,6 +64,7 @@ endpoint_url = {endpoint}
 region_name = us-east-1
 """
 LOG_LINE = re.compile(r" (running|done|failed)\s+RegionExport\(date=([\d-]+), region=([\w-]+)\)")
+WORKER_ID = re.compile(r"Worker (Worker\(salt=\d+, [^)]*\))")
 TAKEN = re.compile(r"takeover: re-enabled RegionExport\(date=([\d-]+), region=([\w-]+)\)")
 
 Region = tuple[str, str]
@@ -107,6 +108,23 @@ def delivered(sb: Sandbox) -> Counter[Region]:
     """Tokens the portal accepted per (day, region): each is a delivery of that region's records."""
     accepted = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks() if t["token_accepted"])
     return Counter((q["day"][0], q["region"][0]) for q in accepted)
+
+
+def granted(url: str, host: Host) -> set[Region]:
+    """The regions luigid lists as running on `host`'s worker (told by its whole id, which its log
+    prints): also one it granted that the host died before it logged as running."""
+    found = WORKER_ID.search(host.output()[1])
+    try:
+        resp = requests.get(f"{url}/api/task_list", params={"data": json.dumps({"status": "RUNNING"})}, timeout=5)
+        resp.raise_for_status()
+        tasks = resp.json()["response"].values()
+    except (requests.RequestException, ValueError, KeyError, AttributeError):
+        return set()
+    return {
+        (t["params"]["date"], t["params"]["region"])
+        for t in tasks
+        if found and t.get("worker_running") == found[1] and t.get("name") == "RegionExport"
+    }
 
 
 def captchaai_resource(url: str) -> str:
@@ -231,7 +249,7 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
             if sum(delivered(sb).values()) >= KILL_AFTER and solving:
                 doomed = victim.kill()
                 victim.proc.wait(timeout=10)  # the kernel ends the namespace (or group) with it
-                held = host_regions(victim)["running"]
+                held = host_regions(victim)["running"] | granted(luigid.url, victim)  # luigid has not noticed yet
                 in_flight = held & set(submits(sb))  # frozen: host-a is gone
                 say(
                     f"killed {VICTIM} (SIGKILL of its whole tree: {len(doomed)} processes) while it ran "
