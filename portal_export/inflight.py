@@ -67,9 +67,10 @@ class InFlight:
         finally:
             self.unmark(key)
 
-    def _live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
+    def live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
         """A mark counts while its process lives: where its run's pids are ours, its own pid tells;
-        elsewhere its run's heartbeat (`Runs.seen_age`: the runs' ages listed once per listing here)."""
+        elsewhere its run's heartbeat (`Runs.ages`: listed once for every mark judged with the same
+        `ages`, empty at first)."""
         run, pid = keys.mark_of(name)
         if not pid.isdigit():
             return False
@@ -87,7 +88,7 @@ class InFlight:
         ages: dict[str, dict[str, float]] = {}
         for key in self.store.list(self.prefix):
             name = key[len(self.prefix) :]
-            if self._live(name, ages):
+            if self.live(name, ages):
                 live.add(name)
             else:
                 self.store.delete(key)

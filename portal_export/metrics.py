@@ -21,7 +21,6 @@ reads as a unit (they count days; the contract names them so).
 from __future__ import annotations
 
 import datetime
-import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -30,8 +29,9 @@ from typing import Any
 
 from . import keys
 from .gate import CapInForce
+from .inflight import InFlight
 from .runs import MIN_TTL_S, Runs
-from .state import alive, read_dict
+from .state import read_dict
 from .store import Store
 
 PREFIX = "portal_export_"
@@ -148,23 +148,11 @@ class Metrics:
         )
 
     def in_flight(self, state: Iterable[str]) -> int:
-        """Live marks of solves in flight, over all hosts (as `inflight.InFlight` counts them, deleting none)."""
-        runs = Runs(self.store, self.settings.ttl_s)
-        ages: dict[str, float | None] = {}
-        count = 0
-        for key in state:
-            if not key.startswith(keys.INFLIGHT):
-                continue
-            run, pid = keys.mark_of(key[len(keys.INFLIGHT) :])
-
-            def age(run: str = run) -> float | None:
-                if run not in ages:
-                    ages[run] = runs.age(run)
-                return ages[run]
-
-            here = functools.partial(runs.here, run)  # its pids are ours: the same machine and PID namespace
-            count += pid.isdigit() and alive(run, age, runs.ttl, pid=int(pid), here=here)
-        return count
+        """Live marks of solves in flight, over all hosts, judged as `InFlight` judges them (the runs
+        listed once), deleting none."""
+        marks = InFlight(self.store, Runs(self.store, self.settings.ttl_s))
+        ages: dict[str, dict[str, float]] = {}
+        return sum(marks.live(key[len(marks.prefix) :], ages) for key in state if key.startswith(marks.prefix))
 
     # ---------------------------------------------------------------------------- the metrics
 
