@@ -159,6 +159,21 @@ def luigid(home, cap):
         server.stop()
 
 
+def cli_env(sb, where, cfg, scheduler, store_env):
+    """The CLI's environment against sandbox `sb`, data dir `where`, layered config `cfg`."""
+    return {
+        **os.environ,
+        "CAPTCHAAI_API_KEY": SANDBOX_KEY,
+        "CAPTCHAAI_API_BASE": sb.captchaai_url,
+        "PORTAL_BASE_URL": sb.portal_url,
+        "PORTAL_DATA_DIR": where,
+        "LUIGI_CONFIG_PATH": str(cfg),
+        "SCHEDULER": scheduler,
+        "ALERT_WEBHOOK_URL": "",  # bench runs, faulted ones included, alert nobody
+        **store_env,
+    }
+
+
 def _argv(case, api_base, portal_url):
     days = case.days
     if case.design == "luigi":
@@ -189,17 +204,7 @@ def run(case, out_dir, weed=None):
         where, store_env, store, store_requests = stack.enter_context(data_dir(case, out, weed))
         sb = stack.enter_context(Sandbox(config.sandbox_config(case.faults, case.threads, **case.sandbox)))
         argv = _argv(case, sb.captchaai_url, sb.portal_url)
-        env = {
-            **os.environ,
-            "CAPTCHAAI_API_KEY": SANDBOX_KEY,
-            "CAPTCHAAI_API_BASE": sb.captchaai_url,
-            "PORTAL_BASE_URL": sb.portal_url,
-            "PORTAL_DATA_DIR": where,
-            "LUIGI_CONFIG_PATH": str(cfg),
-            "SCHEDULER": case.scheduler,
-            "ALERT_WEBHOOK_URL": "",  # faulted bench runs alert nobody
-            **store_env,
-        }
+        env = cli_env(sb, where, cfg, case.scheduler, store_env)
         central = None
         if case.scheduler == "central":
             url, central = stack.enter_context(luigid(out / "luigid", case.cap))

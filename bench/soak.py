@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from portal_export import keys
-from sandbox import SANDBOX_KEY, Sandbox
+from sandbox import Sandbox
 
 from . import config, runner
 from .config import Case
@@ -74,17 +74,7 @@ def run(out_dir):
     nights = []
     case = Case("soak", "luigi", NIGHTS, 4, store="s3")
     with runner.data_dir(case, out) as (where, store_env, store, requests), Sandbox(config.sandbox_config()) as sb:
-        env = {
-            **os.environ,
-            "CAPTCHAAI_API_KEY": SANDBOX_KEY,
-            "CAPTCHAAI_API_BASE": sb.captchaai_url,
-            "PORTAL_BASE_URL": sb.portal_url,
-            "PORTAL_DATA_DIR": where,
-            "LUIGI_CONFIG_PATH": str(cfg),
-            "SCHEDULER": "local",
-            "ALERT_WEBHOOK_URL": "",
-            **store_env,
-        }
+        env = runner.cli_env(sb, where, cfg, "local", store_env)
         with open(out / "log.txt", "w") as log:
             for n in range(1, NIGHTS + 1):
                 day = FIRST_DAY + datetime.timedelta(days=n - 1)
