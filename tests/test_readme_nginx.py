@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from ops.luigid import remote
-from sandbox.luigid import free_port
+from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
 from .conftest import ROOT, Luigid
 
@@ -72,7 +72,9 @@ def nginx(tmp_path):
     procs = []
 
     def start(site, upstream):
-        port = free_port()
+        return on_free_ports(lambda: launch(site, upstream, free_port()))
+
+    def launch(site, upstream, port):
         for placeholder in (LISTEN, UPSTREAM, HTPASSWD):
             assert placeholder in site, f"the site of docs/operations.md no longer names {placeholder}"
         site = site.replace(LISTEN, f"127.0.0.1:{port}").replace(UPSTREAM, upstream)
@@ -93,6 +95,8 @@ def nginx(tmp_path):
             + "}\n"
         )
         (tmp_path / "nginx.conf").write_text(main)
+        errors = tmp_path / "nginx-error.log"
+        logged = len(errors.read_text(errors="replace")) if errors.exists() else 0  # this start's part
         proc = subprocess.Popen(
             [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "nginx-error.log")],
             stdout=subprocess.PIPE,
@@ -105,8 +109,13 @@ def nginx(tmp_path):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return port
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"nginx did not start: {proc.stdout.read() if proc.poll() is not None else ''}")
+            if proc.poll() is not None:
+                out = proc.stdout.read() + errors.read_text(errors="replace")[logged:]
+                if port_taken(out.encode()):
+                    raise PortTaken(out)
+                raise AssertionError(f"nginx did not start: {out}")
+            if time.monotonic() > deadline:
+                raise AssertionError("nginx did not answer within 10 s")
             time.sleep(0.05)
 
     yield start
