@@ -43,6 +43,7 @@ from . import scheduler_url as central
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 USAGE_ERROR = 2
+INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended
 
 
 class UsageError(ValueError):
@@ -550,3 +551,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except luigi.rpc.RPCError as err:  # luigid (or its proxy) went away after the run chose it
         say(f"error: {err}: {err.sub_exception}")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the operator is there, so no alert; Luigi ended its task processes
+        say(f"{args.command}: interrupted; every day written is whole, the same command again finishes the rest")
+        return INTERRUPTED

@@ -6,6 +6,7 @@ secret in anything delivered, printed or written.
 
 import datetime
 import re
+import signal
 import time
 
 import pytest
@@ -122,6 +123,36 @@ def test_a_clean_run_sends_nothing_and_prints_a_progress_line_per_day(channels, 
     assert run.err.rstrip().endswith("backfill 2026-06-01..2026-06-03: all 3 days complete")
     assert "alert sent" not in run.err and "alert not" not in run.err
     assert_no_secret(smtp, hook, run, data_dir)
+
+
+def test_a_ctrl_c_mid_backfill_stops_the_run_and_alerts_no_one(channels, cli, data_dir, live):
+    """The operator is there: Ctrl-C (SIGINT, as the terminal sends it) ends the run with its days
+    unfinished, and no alert goes out for them; what it wrote is whole."""
+    smtp, hook, layer = channels
+    layer({"portal": {"regions": "north"}})
+    live.configure(solve_s=200.0)  # solves of 2 s: the run is mid-way when it is stopped
+    proc = cli.start("backfill", "2026-06-01", "2026-06-11")
+    deadline = time.monotonic() + 30
+    while not re.search(r"^day \S+ done: 1 of 10", cli.output(proc)[1], re.M):
+        assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=30)
+    out, err = cli.output(proc)
+
+    assert code == 130, err  # as a shell reports a command Ctrl-C ended, in one line, no traceback
+    assert err.rstrip().splitlines()[-1] == (
+        "backfill: interrupted; every day written is whole, the same command again finishes the rest"
+    )
+    assert "Traceback" not in err
+    assert smtp.raw == [] and hook.raw == []
+    assert "alert sent" not in err and "days missing" not in err
+    done = sorted(p.name for p in data_dir.glob("portal_records_*.jsonl"))
+    assert 1 <= len(done) < 10, done
+    for name in done:  # every day written is whole: as many records as the sandbox has for it
+        day = name.removeprefix("portal_records_").removesuffix(".jsonl")
+        assert len((data_dir / name).read_text().splitlines()) == len(live.expected_records(day, "north")), name
+    assert not [p for p in data_dir.rglob("*") if ".tmp" in p.name]
 
 
 def test_a_p95_above_the_line_sends_one_warning(channels, cli, data_dir):
