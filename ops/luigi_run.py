@@ -21,6 +21,8 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
+from tasks.process import helpers_die_with_worker
+
 log = logging.getLogger(__name__)
 Status = luigi.execution_summary.LuigiStatusCode
 
@@ -60,9 +62,10 @@ class WorkerSchedulerFactory:
         return luigi.rpc.RemoteScheduler(url)
 
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
-        worker = luigi.worker.Worker(
-            scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
-        )
+        with helpers_die_with_worker():  # its completion cache's server, when it has one
+            worker = luigi.worker.Worker(
+                scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
+            )
         OWN_WORKERS.add(str(worker._id))
         if self.on_worker is not None:
             self.on_worker(worker, int(worker_processes))

@@ -3,12 +3,16 @@
 With workers > 1 Luigi runs each task in a forked child, and a child outlives a SIGKILLed or
 SIGTERMed parent: it would go on solving, and once the scheduler frees the dead worker's slots,
 more solves than the cap would be in flight. PR_SET_PDEATHSIG has the kernel kill it instead.
+The worker's helper process (its completion cache, a multiprocessing.Manager server, which never
+notices its parent's death) is given the same end, or every killed run would leave one behind.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1
 WORKER_PID = os.getpid()  # the module is imported by the worker before it forks any task
@@ -21,3 +25,26 @@ def die_with_worker() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != WORKER_PID:  # the worker died before the line above took effect
         os._exit(1)
+
+
+_starting_helpers = False
+
+
+def _helper_dies_with_worker() -> None:
+    if _starting_helpers:
+        die_with_worker()
+
+
+os.register_at_fork(after_in_child=_helper_dies_with_worker)
+
+
+@contextlib.contextmanager
+def helpers_die_with_worker() -> Iterator[None]:
+    """Processes this one forks within the block (Luigi's Worker starts its helpers as it is made)
+    die with it, as its task processes do."""
+    global _starting_helpers
+    _starting_helpers = True
+    try:
+        yield
+    finally:
+        _starting_helpers = False

@@ -133,7 +133,10 @@ def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only
     children = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    psutil.wait_procs(children, timeout=5)
+    # every process of the run dies with it: its task processes, and Luigi's completion cache (a
+    # multiprocessing.Manager server, which would otherwise wait for its dead parent forever)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == [], [(p.pid, p.cmdline()) for p in alive]
     time.sleep(0.3)
     objs = objects(seaweedfs, s3_data_dir)
     done = {k for k in objs if k.startswith("regions/") and k.count("/") == 2}
