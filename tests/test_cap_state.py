@@ -5,6 +5,7 @@ another machine, which a test writes as that host's CLI would; its age on the st
 the test wants (`beat`: the store's listing, its times moved back by that age)."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -289,6 +290,37 @@ def test_of_contenders_for_a_dead_owners_lease_one_wins(store):
 
 
 # ------------------------------------------------------------------------------- the Luigi side
+
+
+def test_a_run_takes_over_the_cap_of_an_owner_whose_host_died_and_says_whose(luigi_cfg, central, caplog):
+    """Another host's run owns the cap, then its host dies: at a heartbeat after its heartbeat is
+    past the TTL, this run's steward takes the lease (the next generation), sets the cap from then
+    on, and says whose cap it took over and how long that run's heartbeat has been still."""
+    import logging
+
+    from ops.steward import Steward
+
+    luigi_cfg("captchaai", "plan_every_s", 0.2)  # a heartbeat every 0.1 s
+    caplog.set_level(logging.INFO)
+    steward = Steward(central.url, follow=False)
+    store = aged(steward.store)
+    owner = "owner-host-5-0badc0de"
+    beat(store, owner, key=steward.key)
+    assert Lease(store, steward.key, Runs(store, ttl=steward.runs.ttl), owner).acquire()
+    steward.start()
+    try:
+        assert not steward._owner  # the owner's heartbeat is fresh
+        store.aged[f"_state/runs/{owner}.json"] = steward.runs.ttl + 30  # its host died
+        said = rf"cap: run (\S+) took over the cap \(.*\): run {owner} that set it stopped its heartbeat (\S+) s"
+        deadline = time.monotonic() + 5
+        while not (took := re.search(said, caplog.text)):  # said once the lease is taken
+            assert time.monotonic() < deadline, f"the dead owner's cap was not taken over: {caplog.text}"
+            time.sleep(0.02)
+        assert steward._owner and steward.lease.gen == 2 and steward.lease.previous == owner
+        assert took.group(1) == steward.run and float(took.group(2)) >= steward.runs.ttl + 30
+        assert {r["name"]: r["num_total"] for r in central.rpc("resource_list")}["captchaai"] == steward.configured
+    finally:
+        steward.stop()
 
 
 def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to_it(luigi_cfg, central, caplog):
