@@ -58,6 +58,14 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
     luigi.task.Register.clear_instance_cache()
     yield
+
+
+@pytest.fixture(autouse=True)
+def unmeasured(request, monkeypatch):
+    """A test marked `unmeasured` starts its processes without coverage (coverage.py measures a
+    subprocess when COVERAGE_PROCESS_CONFIG is in its environment)."""
+    if request.node.get_closest_marker("unmeasured"):
+        monkeypatch.delenv("COVERAGE_PROCESS_CONFIG", raising=False)
     luigi.task.Register.clear_instance_cache()
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from .conftest import ROOT
 
@@ -52,6 +53,7 @@ def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_an
     assert weeds == []  # the store it started is stopped
 
 
+@pytest.mark.unmeasured
 def test_the_fleet_demo_kills_a_host_and_what_it_says_holds_in_the_bucket(tmp_path):
     """`make demo-fleet`'s entry: three hosts, one SIGKILLed mid-backfill. What it prints (who took
     over what, the cap held, every day exact) is checked against the sandbox-independent truth: the

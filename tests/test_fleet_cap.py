@@ -8,6 +8,7 @@ import re
 import time
 
 import psutil
+import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.runs import split_run, ttl_s
@@ -44,6 +45,7 @@ def wait_for(predicate, what, timeout=60):
     return found
 
 
+@pytest.mark.unmeasured
 def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):  # noqa: F811
     """Three hosts hold one cap, and the owner's death hands it on. (A short name: the hosts' TMPDIR
     is below the test's folder, and Luigi's worker binds a Unix socket there, 108 bytes at most.)"""

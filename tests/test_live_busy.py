@@ -15,6 +15,8 @@ moment comes in every run, whatever the machine's load.
 import json
 import time
 
+import pytest
+
 REGIONS = "north,south,east,west,upper,lower,inner,outer"  # one day, eight regions at cap 4
 DAY = "2026-05-04"
 RUNS, AT_ONCE = 20, 5
@@ -47,6 +49,7 @@ def one_batch(sandbox, cli, tmp_path, first):
     return [(n, sb, data, proc.wait(timeout=60), cli.output(proc)[1]) for n, sb, data, proc in runs]
 
 
+@pytest.mark.unmeasured
 def test_another_consumer_taking_threads_at_the_worst_moment_costs_no_region_20_runs(
     live, fast_cfg, sandbox, cli, tmp_path
 ):
