@@ -15,6 +15,7 @@ from bench.config import Case
 FP, EVERY = 1.5, 0.5  # the bench's poll schedule
 
 
+@pytest.mark.unmeasured
 def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     # Solves of 0.5 s, polled at 0.3 s then every 0.1 s: 8 regions at cap 2 take about 3 s.
     case = Case(
@@ -38,6 +39,7 @@ def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     assert summary["over_age_limit"] == 0
 
 
+@pytest.mark.unmeasured
 def test_a_fleet_row_runs_hosts_that_share_one_backfill_and_measures_each(tmp_path, seaweedfs):
     """The fleet rows' code at its smallest: 2 hosts of 2 workers, 2 days at cap 2, under one luigid
     and one SeaweedFS bucket. Every figure comes from the run: the sandbox's submits and peak, the

@@ -89,6 +89,7 @@ def test_a_revoked_key_over_30_days_sends_one_email_and_one_post_naming_every_da
     assert_no_secret(smtp, hook, run, data_dir)
 
 
+@pytest.mark.unmeasured
 def test_under_luigid_a_revoked_key_sends_one_message_even_when_luigid_has_a_receiver(
     channels, cli, data_dir, tmp_path
 ):

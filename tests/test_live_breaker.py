@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from portal_export.breaker import KeyBreaker, fingerprint
 from portal_export.store import LocalStore
 from sandbox import SANDBOX_KEY
@@ -47,6 +49,7 @@ def breaker_files(data_dir):
     return sorted((data_dir / "_state").glob("breaker-*.json"))
 
 
+@pytest.mark.unmeasured
 def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clear_breaker_completes(
     live, fast_cfg, cli, data_dir
 ):

@@ -157,6 +157,7 @@ def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only
     assert submits(live) - before == 16 - len(done)  # what was exported before the kill is not solved again
 
 
+@pytest.mark.unmeasured
 def test_the_store_down_for_10_s_mid_run_loses_no_region_and_the_run_completes(
     live, cli, s3_data_dir, seaweedfs, fast_cfg
 ):
