@@ -45,8 +45,10 @@ class ForegroundLuigid:
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
             )
         # its imports take seconds on a loaded machine; an exit (a port taken) ends the wait at once
-        wait_for(lambda: self.proc.poll() is not None or answers(self.url), 30.0)
-        if self.proc.poll() is not None or not answers(self.url):
+        if (
+            not wait_for(lambda: self.proc.poll() is not None or answers(self.url), 30.0)
+            or self.proc.poll() is not None
+        ):
             self.proc.kill()
             self.proc.wait()
             if port_taken(self.log.read_bytes()):

