@@ -58,6 +58,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
     luigi.task.Register.clear_instance_cache()
     yield
+    luigi.task.Register.clear_instance_cache()
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,6 @@ def unmeasured(request, monkeypatch):
     subprocess when COVERAGE_PROCESS_CONFIG is in its environment)."""
     if request.node.get_closest_marker("unmeasured"):
         monkeypatch.delenv("COVERAGE_PROCESS_CONFIG", raising=False)
-    luigi.task.Register.clear_instance_cache()
 
 
 @pytest.fixture
