@@ -96,11 +96,10 @@ def submits(sb: Sandbox) -> Counter[Region]:
     return Counter((q["day"][0], q["region"][0]) for q in pages)
 
 
-def still_solving(sb: Sandbox, margin_s: float = 0.5) -> set[Region]:
-    """Regions whose CaptchaAI task will not be ready for `margin_s` yet: they cannot end between a
-    look and a kill, however loaded the machine."""
+def still_solving(sb: Sandbox) -> set[Region]:
+    """Regions whose CaptchaAI task is not ready yet."""
     now = sb.now()
-    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks() if t["ready_t"] > now + margin_s)
+    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks() if t["ready_t"] > now)
     return {(q["day"][0], q["region"][0]) for q in pages}
 
 
@@ -243,19 +242,29 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
         if time.monotonic() >= next_line:
             say(status_line(began, fleet, luigid.url, sb, total))
             next_line = time.monotonic() + 2
-        if not victim.killed and victim.proc is not None and victim.proc.poll() is None:
-            running = host_regions(victim)["running"]
-            solving = running & still_solving(sb)
-            if sum(delivered(sb).values()) >= KILL_AFTER and solving:
-                doomed = victim.kill()
-                victim.proc.wait(timeout=10)  # the kernel ends the namespace (or group) with it
-                held = host_regions(victim)["running"] | granted(luigid.url, victim)  # luigid has not noticed yet
-                in_flight = held & set(submits(sb))  # frozen: host-a is gone
-                say(
-                    f"killed {VICTIM} (SIGKILL of its whole tree: {len(doomed)} processes) while it ran "
-                    f"{len(held)} region(s), {len(in_flight)} with a solve in flight: "
-                    + ", ".join(f"{d}/{r}" for d, r in sorted(held))
-                )
+        if (
+            not victim.killed
+            and victim.proc is not None
+            and victim.proc.poll() is None
+            and sum(delivered(sb).values()) >= KILL_AFTER
+        ):
+            # The sandbox's clock stands still from the look to the kill: a solve seen in flight cannot
+            # end meanwhile, however loaded the machine and however short the solves.
+            sb.pause_clock()
+            try:
+                solving = host_regions(victim)["running"] & still_solving(sb)
+                if solving:
+                    doomed = victim.kill()
+                    victim.proc.wait(timeout=10)  # the kernel ends the namespace (or group) with it
+                    held = host_regions(victim)["running"] | granted(luigid.url, victim)  # luigid has not noticed yet
+                    in_flight = held & set(submits(sb))  # frozen: host-a is gone
+                    say(
+                        f"killed {VICTIM} (SIGKILL of its whole tree: {len(doomed)} processes) while it ran "
+                        f"{len(held)} region(s), {len(in_flight)} with a solve in flight: "
+                        + ", ".join(f"{d}/{r}" for d, r in sorted(held))
+                    )
+            finally:
+                sb.resume_clock()
         if time.monotonic() - began > 300:
             say("the hosts did not finish within 300 s: stopping them")
             break
