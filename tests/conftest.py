@@ -109,6 +109,20 @@ FAST_CLIENT = {
 }
 
 
+def polls(solve_s):
+    """The client's poll schedule for solves of about `solve_s` seconds (at the test's time), in
+    CaptchaAI's proportions (first poll at 15 s, then every 5 s, for solves of about 20 s): a poll or
+    two per solve, as in production. A test that lengthens the solves to open a window mid-run uses
+    it, rather than polling each solve a hundred times at FAST_CLIENT's 20 ms, which is CPU the
+    whole suite shares on 2 cores."""
+    return {"first_poll_s": round(0.75 * solve_s, 3), "poll_every_s": round(0.25 * solve_s, 3)}
+
+
+def polled(sections, solve_s):
+    """`sections` (a layered config's) with the poll schedule of polls(solve_s)."""
+    return {**sections, "captchaai": {**sections.get("captchaai", {}), **polls(solve_s)}}
+
+
 @pytest.fixture
 def sandbox():
     """sandbox(**config) starts a Sandbox (stopped after the test)."""

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from .conftest import FAST_CLIENT, Luigid
+from .conftest import FAST_CLIENT, Luigid, polled
 from .fleet import Bucket, expected_lines, layered, shared_env
 
 START, STOP = "2026-05-01", "2026-05-07"
@@ -50,7 +50,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3
     both did part of the work."""
     sb = sandbox(solve_s=50)  # 0.5 s per solve: the hosts' solves overlap
     env = shared_env(sb, central, s3_data_dir)
-    cfg = layered({**FAST_CLIENT, "core": {"workers": 2}})
+    cfg = layered({**polled(FAST_CLIENT, 0.5), "core": {"workers": 2}})
     a, b = hosts("host-a", env, cfg), hosts("host-b", env, cfg)
 
     a.start("backfill", START, STOP)
@@ -123,7 +123,9 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     only waste)."""
     sb = sandbox(solve_s=100)  # 1 s per solve
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered({**FAST_CLIENT, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
+    cfg = layered(
+        {**polled(FAST_CLIENT, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
+    )
     a, b, c = (hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c"))
     for host in (a, b, c):
         host.start("backfill", START, STOP)

@@ -13,7 +13,7 @@ import pytest
 from portal_export.caplog import CapLog
 from portal_export.runs import split_run, ttl_s
 
-from .conftest import FAST_CLIENT
+from .conftest import FAST_CLIENT, polls
 from .fleet import Bucket, expected_lines, layered, shared_env
 from .test_fleet import FAST_DEATH, fleet_luigid  # noqa: F401 (fixture)
 
@@ -21,7 +21,7 @@ START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
 CAP, PLAN_EVERY_S = 4, 0.5
 TIMINGS = {
-    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, "first_poll_s": 0.5, "poll_every_s": 0.1},
+    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, **polls(3.0)},  # 3 s solves
     "portal": FAST_CLIENT["portal"],
 }
 TIMINGS["captchaai"]["timeout_s"] = 10

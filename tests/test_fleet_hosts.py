@@ -17,6 +17,7 @@ from portal_export.caplog import CapLog
 from portal_export.state import split_run
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
+from .conftest import polled
 from .fleet import Bucket, expected_lines, layered, shared_env
 from .test_fleet import FAST_DEATH, fleet_luigid, region_of, submits  # noqa: F401 (fixture)
 from .test_fleet_cap import CAP, TIMINGS, wait_for
@@ -112,7 +113,9 @@ def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over
     """Three hosts named `vm`, each CLI pid 1 in its namespace: three runs, told apart by their ids."""
     sb = sandbox(solve_s=100)  # 1 s a solve
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered({**TIMINGS, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
+    cfg = layered(
+        {**polled(TIMINGS, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
+    )
     fleet = {name: hosts(name, env, cfg, hostname="vm") for name in ("host-a", "host-b", "host-c")}
 
     _, heartbeats, changes = backfill_with_a_host_killed(sb, fleet_luigid, fleet, s3_data_dir, seaweedfs)
@@ -137,7 +140,9 @@ def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     three, and one alert is sent."""
     sb = sandbox(solve_s=100)
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered({**TIMINGS, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
+    cfg = layered(
+        {**polled(TIMINGS, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
+    )
     clocks = {"ahead": SKEW_S, "behind": -SKEW_S, "right": 0.0}
     fleet = {name: hosts(name, env, cfg, clock_s=offset) for name, offset in clocks.items()}
     _, heartbeats, _ = backfill_with_a_host_killed(sb, fleet_luigid, fleet, s3_data_dir, seaweedfs)

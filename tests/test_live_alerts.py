@@ -16,7 +16,7 @@ from sandbox import SANDBOX_KEY, SANDBOX_USER
 from sandbox.ports import free_port
 
 from .alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from .conftest import CliRun, Luigid
+from .conftest import CliRun, Luigid, polls
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 PASSWORD = "pw-Sup3rS3cret-portal"  # set, never used for a login here: it must be scrubbed all the same
@@ -131,7 +131,7 @@ def test_a_ctrl_c_mid_backfill_stops_the_run_and_alerts_no_one(channels, cli, da
     """The operator is there: Ctrl-C (SIGINT, as the terminal sends it) ends the run with its days
     unfinished, and no alert goes out for them; what it wrote is whole."""
     smtp, hook, layer = channels
-    layer({"portal": {"regions": "north"}})
+    layer({"portal": {"regions": "north"}, "captchaai": polls(2.0)})
     live.configure(solve_s=200.0)  # solves of 2 s: the run is mid-way when it is stopped
     proc = cli.start("backfill", "2026-06-01", "2026-06-11")
     deadline = time.monotonic() + 30

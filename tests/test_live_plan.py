@@ -19,11 +19,13 @@ import pytest
 from portal_export.caplog import CapLog
 from portal_export.store import LocalStore
 
+from .conftest import polls
+
 BACKFILL = ("2026-03-01", "2026-03-09")  # 8 days x 4 regions
 DAYS = [f"2026-03-0{d}" for d in range(1, 9)]
 PERIOD = 0.2  # [captchaai] plan_every_s in these tests
 SOLVE_S = 0.2  # the solve time these tests give the sandbox (solve_s=20 at a hundredth of real time)
-PLAN = {"captchaai": {"plan_every_s": PERIOD}}
+PLAN = {"captchaai": {"plan_every_s": PERIOD, **polls(SOLVE_S)}}
 
 
 class Watch:

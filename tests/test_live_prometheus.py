@@ -17,6 +17,7 @@ from portal_export import keys
 from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
+from .conftest import polls
 from .test_ops_monitoring import RULES, serving
 
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
@@ -132,7 +133,13 @@ def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
 ):
     # solves of 2 s, two regions a day, and a plan of 3 threads: 1 spare leaves 2, the cap in force
     live.configure(threads=3, solve_s=200.0)
-    fast_cfg({"portal": {"regions": "north,south"}, "resources": {"captchaai": 4}, "captchaai": {"plan_every_s": 1}})
+    fast_cfg(
+        {
+            "portal": {"regions": "north,south"},
+            "resources": {"captchaai": 4},
+            "captchaai": {"plan_every_s": 1, **polls(2.0)},
+        }
+    )
     today = datetime.datetime.now(datetime.timezone.utc).date()
     d = [today - datetime.timedelta(days=n) for n in (6, 5, 4, 3)]
     server, metrics_url = serving(cli)
