@@ -39,7 +39,7 @@ class ForegroundLuigid:
             self.proc = subprocess.Popen(
                 [str(LUIGID), "--address", "127.0.0.1", "--port", str(port), "--state-path", str(self.state_path)],
                 cwd=self.home,
-                env=environment(self.cfg),
+                env=self.environment(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
@@ -54,6 +54,10 @@ class ForegroundLuigid:
             if port_taken(self.log.read_bytes()):
                 raise PortTaken(f"luigid: port {port} was taken")
             raise RuntimeError(f"luigid did not start: {self.log.read_text()}")
+
+    def environment(self) -> dict[str, str]:
+        """luigid's environment, as `make scheduler` gives it."""
+        return environment(self.cfg)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

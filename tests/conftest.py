@@ -263,12 +263,19 @@ def fast_cfg(tmp_path, monkeypatch, luigi_cfg):
 
 class Luigid(ForegroundLuigid):
     """luigid on a free loopback port, configured as `make scheduler` does it; a test can
-    query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out)."""
+    query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out).
 
-    def __init__(self, home, extra=None):
+    It keeps no task history unless a test asks (`history`), and runs without coverage: what it runs
+    of ours, ops/luigid_metrics.py, tests/test_metrics.py measures in-process. Each would about double
+    luigid's CPU (SQLAlchemy's writes at every task event; coverage tracing Luigi's code)."""
+
+    def __init__(self, home, extra=None, history=False):
         """`extra`: {section: {key: value}} added to its config, as an operator's /etc/luigi might."""
-        super().__init__(home, extra=extra)
+        super().__init__(home, history=history, extra=extra)
         self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
+
+    def environment(self):
+        return {k: v for k, v in super().environment().items() if k != "COVERAGE_PROCESS_CONFIG"}
 
     def rpc(self, method, **args):
         import json

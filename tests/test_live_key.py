@@ -4,9 +4,12 @@ time-outs among them), an unsolvable day, a revoked key, the operator commands; 
 import json
 from pathlib import Path
 
+import pytest
 import requests
 
 from sandbox import FaultPlan, sitekey_for
+
+from .conftest import Luigid
 
 KEY = "CanaryKey-5f0c1e7d93a2b84c6e1f0d"  # 32 characters, distinctive in any byte stream
 assert len(KEY) == 32
@@ -29,6 +32,14 @@ NETWORK_FAULTS = {
 
 def leaks(where, data):
     return [f"{where}: {fragment!r}" for fragment in FRAGMENTS if fragment.encode() in data]
+
+
+@pytest.fixture
+def central(tmp_path):
+    """luigid with its task history, which is searched for the key too."""
+    server = Luigid(tmp_path / "central", history=True)
+    yield server
+    server.stop()
 
 
 def test_the_key_appears_in_nothing_a_run_produces(live, fast_cfg, central, cli, data_dir, tmp_path):

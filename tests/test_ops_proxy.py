@@ -36,7 +36,7 @@ USER = "ops-7q"  # not a secret; distinct enough to look for
 @pytest.fixture
 def proxied(tmp_path, monkeypatch):
     """luigid behind an AuthProxy; LUIGI_SCHEDULER_URL points at the proxy with its credentials."""
-    server = Luigid(tmp_path / "luigid")
+    server = Luigid(tmp_path / "luigid", history=True)
     proxy = AuthProxy(server.url, USER, PASSWORD)
     proxy.luigid = server
     monkeypatch.setenv("LUIGI_SCHEDULER_URL", proxy.url_with())

@@ -126,7 +126,7 @@ def nginx(tmp_path):
 
 @pytest.fixture
 def upstream(tmp_path):
-    server = Luigid(tmp_path / "luigid")
+    server = Luigid(tmp_path / "luigid", history=True)  # its history is searched for the password too
     yield server
     server.stop()
 
