@@ -258,10 +258,13 @@ def test_luigids_collector_counts_a_task_that_failed_before_it_ran():
     collector.handle_task_disabled(never_ran, None)
     ran = SimpleNamespace(family="RegionExport", params={}, time_running=1.0, updated=3.5)
     collector.handle_task_failed(ran)
+    assert 'luigi_task_execution_time_seconds{family="RegionExport"} 2.5' in collector.generate_latest().decode()
+    ran.updated = 5.0
+    collector.handle_task_disabled(ran, None)  # one that ran: Luigi's own handling, its time too
     text = collector.generate_latest().decode()
     assert 'luigi_task_failed_total{family="RegionExport"} 2.0' in text
-    assert 'luigi_task_disabled_total{family="RegionExport"} 1.0' in text
-    assert 'luigi_task_execution_time_seconds{family="RegionExport"} 2.5' in text
+    assert 'luigi_task_disabled_total{family="RegionExport"} 2.0' in text
+    assert 'luigi_task_execution_time_seconds{family="RegionExport"} 4.0' in text
     assert "portal_export_store_up 1.0" in text  # the data dir's metrics ride along
 
 
