@@ -61,12 +61,14 @@ def isolated(tmp_path, monkeypatch):
     luigi.task.Register.clear_instance_cache()
 
 
+MEASURED = "COVERAGE_PROCESS_CONFIG"  # coverage.py measures a subprocess with this in its environment
+
+
 @pytest.fixture(autouse=True)
 def unmeasured(request, monkeypatch):
-    """A test marked `unmeasured` starts its processes without coverage (coverage.py measures a
-    subprocess when COVERAGE_PROCESS_CONFIG is in its environment)."""
+    """A test marked `unmeasured` starts its processes without coverage."""
     if request.node.get_closest_marker("unmeasured"):
-        monkeypatch.delenv("COVERAGE_PROCESS_CONFIG", raising=False)
+        monkeypatch.delenv(MEASURED, raising=False)
 
 
 @pytest.fixture
@@ -275,7 +277,7 @@ class Luigid(ForegroundLuigid):
         self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
 
     def environment(self):
-        return {k: v for k, v in super().environment().items() if k != "COVERAGE_PROCESS_CONFIG"}
+        return {k: v for k, v in super().environment().items() if k != MEASURED}
 
     def rpc(self, method, **args):
         import json

@@ -155,8 +155,7 @@ def test_a_plan_that_shrinks_and_grows_back_moves_the_cap_with_it(live, fast_cfg
     wait_for(lambda: "cap 4 → 2" in cli.output(proc)[1], "the cap followed the smaller plan")
     # the lowered cap is used, not idled: two of ours solve at once under it (however slowly a loaded
     # machine starts the next region), and only then does the plan grow back
-    used = lambda: any(own == 2 for _, own, cap, _ in watch.samples if cap == 2)  # noqa: E731
-    wait_for(used, "two solves at once under the lowered cap")
+    wait_for(lambda: any(own == 2 for _, own, cap, _ in watch.samples if cap == 2), "two solves at once under cap 2")
     live.configure(threads=5)
     code = proc.wait(timeout=90)
     watch.end()

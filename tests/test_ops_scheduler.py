@@ -143,9 +143,8 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast
     # 0.5 s per solve: solves overlap. Tokens valid 20 s and 10 s HTTP timeouts: a loaded machine's
     # slow post or answer is no retry (a second submit for the region), which is not what this is about
     live.configure(solve_s=50, token_validity_s=2000)
-    fast_cfg(
-        {"captchaai": {"timeout_s": 60, "http_timeout_s": 10, **polls(0.5)}}
-    )  # they wait out the paused clock below
+    # the clients wait out the paused clock below
+    fast_cfg({"captchaai": {"timeout_s": 60, "http_timeout_s": 10, **polls(0.5)}})
     live.pause_clock()  # no solve ends until the cap is full, however slowly a loaded machine submits
     first = cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
     second = cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
