@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import psutil
+
 from ops.luigid import LUIGID, answers, environment, luigid_config
 
 from .ports import PortTaken, free_port, on_free_ports, port_taken
@@ -44,9 +46,12 @@ class ForegroundLuigid:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C at the terminal reaches its owner, which stops it in order
             )
-        # its imports take seconds on a loaded machine; an exit (a port taken) ends the wait at once
+        # its imports take seconds on a loaded machine; an exit (a port taken) ends the wait at once.
+        # Whatever answers must be this luigid: another worker's server may have taken the port first
         if (
-            not wait_for(lambda: self.proc.poll() is not None or answers(self.url), 30.0)
+            not wait_for(
+                lambda: self.proc.poll() is not None or (listens(self.proc.pid, port) and answers(self.url)), 30.0
+            )
             or self.proc.poll() is not None
         ):
             self.proc.kill()
@@ -63,6 +68,15 @@ class ForegroundLuigid:
         if self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
             self.proc.wait(timeout=10)
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` listens on TCP `port`."""
+    try:
+        sockets = psutil.Process(pid).net_connections("tcp")
+    except psutil.NoSuchProcess:
+        return False
+    return any(s.status == psutil.CONN_LISTEN and s.laddr.port == port for s in sockets)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
