@@ -42,10 +42,15 @@ RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 # The venv is stamped on the install inputs: rebuilt when they change, and only then. It installs
 # exactly the hashed pins of requirements.lock (the same versions on every machine, whatever PyPI
 # released since), then the project itself without dependencies; `pip check` proves the pins whole.
+# pip installs the lock's uv (its pin and hashes cut from the lock), and uv the rest: 10 s against
+# pip's 45 s for the whole lock on this 2-core machine, bytecode compiled alike.
+UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps
 $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	sed -n '/^uv==/,/[^\\]$$/p' requirements.lock >$(VENV)/uv-requirement.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
+	$(UV_PIP) --require-hashes --compile-bytecode -r requirements.lock
+	$(UV_PIP) --no-build-isolation -e .
 	$(VENV)/bin/pip check --disable-pip-version-check >/dev/null
 	touch $@
 
