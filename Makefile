@@ -82,6 +82,15 @@ test: $(VENV)/.installed ## run the whole test suite with line and branch covera
 		echo "coverage of portal_export: $$core % (floor $(COVER_CORE) %)" && \
 		$(PY) -m coverage report --include='portal_export/*' --fail-under=$(COVER_CORE) >/dev/null
 
+.PHONY: cover-by-test
+cover-by-test: $(VENV)/.installed ## the suite with every test's processes measured apart: fails if only `unmeasured` tests reach a line (~5 min)
+	rm -f .coverage .coverage.*
+	@$(COMPILE)
+	COVER_BY_TEST=1 $(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) -q \
+		--cov --cov-report=
+	@rm -f .coverage.*
+	$(PY) -m tests.cover_by_test .coverage
+
 .PHONY: test-fast
 test-fast: $(VENV)/.installed ## the unit tests and in-process tests only (no live servers, no processes), under a minute
 	@$(COMPILE)

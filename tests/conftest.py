@@ -62,12 +62,22 @@ def isolated(tmp_path, monkeypatch):
 
 
 MEASURED = "COVERAGE_PROCESS_CONFIG"  # coverage.py measures a subprocess with this in its environment
+BY_TEST = "COVER_BY_TEST"  # set by make cover-by-test
 
 
 @pytest.fixture(autouse=True)
 def unmeasured(request, monkeypatch):
-    """A test marked `unmeasured` starts its processes without coverage."""
-    if request.node.get_closest_marker("unmeasured"):
+    """A test marked `unmeasured` starts its processes without coverage. Under `make cover-by-test`
+    every test measures them, their data tagged with the test's id and mark (tests/cover_by_test.py)."""
+    config = os.environ.get(MEASURED)
+    marked = request.node.get_closest_marker("unmeasured") is not None
+    if config and os.environ.get(BY_TEST):
+        from coverage.config import CoverageConfig
+
+        tagged = CoverageConfig.deserialize(config)
+        tagged.context = f"{'unmeasured' if marked else 'measured'} {request.node.nodeid}"
+        monkeypatch.setenv(MEASURED, tagged.serialize())
+    elif marked:
         monkeypatch.delenv(MEASURED, raising=False)
 
 

@@ -16,6 +16,7 @@ from .conftest import ROOT
 FAST = {"DEMO_TIME_SCALE": "0.03"}
 
 
+@pytest.mark.unmeasured
 def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path):
     env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(
@@ -32,6 +33,7 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
         assert len((data / f"portal_records_{day}.jsonl").read_text().splitlines()) == health["rows"] > 0
 
 
+@pytest.mark.unmeasured
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):
     env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
     run = subprocess.run(

@@ -53,6 +53,7 @@ def assert_every_host_stopped_with_one_alert(runs, hook, code, exit_codes):
             assert f"alert: sent by host {senders[0].name} at " in run.err, run
 
 
+@pytest.mark.unmeasured
 def test_a_key_revoked_mid_backfill_stops_all_three_hosts_after_at_most_the_cap_of_bad_key_answers(fleet):
     sb, fleet_hosts, hook, bucket = fleet({"solve_s": 50})  # 0.5 s solves: some are in flight at the revocation
 
@@ -80,6 +81,7 @@ def test_a_key_revoked_mid_backfill_stops_all_three_hosts_after_at_most_the_cap_
     assert submitted <= stats["tokens"]["accepted"] + CAP, stats
 
 
+@pytest.mark.unmeasured
 def test_a_refused_password_stops_all_three_hosts_after_at_most_the_cap_of_refused_logins(fleet):
     sb, fleet_hosts, hook, bucket = fleet(
         {"variants": {"*": {"login"}}}, PORTAL_USERNAME=SANDBOX_USER, PORTAL_PASSWORD=WRONG_PASSWORD

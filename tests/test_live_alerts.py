@@ -69,6 +69,7 @@ def one_message_each(smtp, hook):
     return subject, body
 
 
+@pytest.mark.unmeasured
 def test_a_revoked_key_over_30_days_sends_one_email_and_one_post_naming_every_day_and_the_code(channels, cli, data_dir):
     smtp, hook, _ = channels
     start, stop = "2026-07-01", "2026-07-31"

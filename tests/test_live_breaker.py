@@ -84,6 +84,7 @@ def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clea
     assert live.stats()["bad_key_requests"] == stats["bad_key_requests"]
 
 
+@pytest.mark.unmeasured
 def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_key_is_not_blocked(live, cli, data_dir):
     live.configure(ban_after=BAN_AFTER)
     start, stop = "2026-06-01", "2026-06-09"

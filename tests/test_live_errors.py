@@ -160,6 +160,7 @@ def assert_failed_once_with(central, run, data_dir, d, code, regions=REGIONS):
         ("ip-banned", "IP_BANNED"),
     ],
 )
+@pytest.mark.unmeasured
 def test_a_bad_key_fails_every_region_once_and_sends_no_more(row, code, live, permanent, shared_central, data_dir):
     d = day({"wrong-user-key": 1, "key-does-not-exist": 2, "ip-banned": 3}[row])
     key = {"wrong-user-key": SHORT_KEY, "key-does-not-exist": UNKNOWN_KEY, "ip-banned": SANDBOX_KEY}[row]
@@ -185,6 +186,7 @@ def test_a_bad_key_fails_every_region_once_and_sends_no_more(row, code, live, pe
     assert captchaai_requests(live) == 1 and live.stats()["requests"].get("portal_get", 0) == 0
 
 
+@pytest.mark.unmeasured
 def test_no_active_plan_fails_every_region_once_and_trips_the_breaker(live, permanent, shared_central, data_dir):
     d = day(4)
     run = permanent(d, key=NO_PLAN_KEY)

@@ -42,6 +42,7 @@ def central(tmp_path):
     server.stop()
 
 
+@pytest.mark.unmeasured
 def test_the_key_appears_in_nothing_a_run_produces(live, fast_cfg, central, cli, data_dir, tmp_path):
     live.configure(valid_keys=frozenset({KEY}))
     fast_cfg({"captchaai": {"http_timeout_s": 0.3}})  # a 'slow' fault (1 s) is a read time-out

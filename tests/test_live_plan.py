@@ -99,6 +99,7 @@ def assert_every_day(data_dir, days=DAYS):
 
 
 @pytest.mark.parametrize("scheduler", ["local", "central"])
+@pytest.mark.unmeasured
 def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
     scheduler, live, fast_cfg, cli, data_dir, request
 ):
@@ -145,6 +146,7 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
     assert "seconds_below_cap" in health
 
 
+@pytest.mark.unmeasured
 def test_a_plan_that_shrinks_and_grows_back_moves_the_cap_with_it(live, fast_cfg, cli, data_dir):
     fast_cfg(PLAN)
     live.configure(solve_s=SOLVE_S * 100)
@@ -171,6 +173,7 @@ def test_a_plan_that_shrinks_and_grows_back_moves_the_cap_with_it(live, fast_cfg
     assert caps[:2] == [4, 2] and caps[2:] == sorted(caps[2:]) and caps[-1] == 4, caps  # down once, back up
 
 
+@pytest.mark.unmeasured
 def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast_cfg, cli, central, data_dir):
     fast_cfg(PLAN)
     live.configure(solve_s=SOLVE_S * 100)

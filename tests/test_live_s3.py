@@ -82,6 +82,7 @@ def second_clone(tmp_path):
     return clone, {"PORTAL_VAR_DIR": str(clone / "var")}
 
 
+@pytest.mark.unmeasured
 def test_backfill_and_export_land_in_the_bucket_and_a_second_clone_solves_nothing_then_reports(
     live, cli, s3_data_dir, seaweedfs, tmp_path, data_dir
 ):
@@ -120,6 +121,7 @@ def test_backfill_and_export_land_in_the_bucket_and_a_second_clone_solves_nothin
     assert objs["report/solve_health.png"].startswith(b"\x89PNG")
 
 
+@pytest.mark.unmeasured
 def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only_what_is_missing(
     live, cli, s3_data_dir, seaweedfs
 ):
@@ -239,6 +241,7 @@ def test_a_tmpdir_too_long_for_the_completion_cache_socket_is_one_line_exit_2(li
     assert cli("export", "2026-05-30", TMPDIR=str(tmp_path)).code == 0  # a short one runs
 
 
+@pytest.mark.unmeasured
 def test_a_revoked_key_alerts_once_with_the_breaker_in_the_bucket_which_stops_a_second_clone(
     live,
     cli,

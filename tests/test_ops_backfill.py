@@ -11,6 +11,8 @@ import sys
 from collections import Counter
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from ops.cli import main
 
 from .conftest import ROOT
@@ -46,6 +48,7 @@ def submits_by_day(sb):
     return Counter(datetime.date.fromisoformat(parse_qs(urlsplit(t["pageurl"]).query)["day"][0]) for t in sb.tasks())
 
 
+@pytest.mark.unmeasured
 def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, cli, data_dir):
     """RangeDaily alone would clip START to 100 days back and schedule 50 days, then exit 0."""
     fast_cfg(NORTH)

@@ -145,6 +145,7 @@ def self_signed(tmp_path):
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.unmeasured
 def test_the_readmes_nginx_site_refuses_without_the_login_and_carries_runs_with_it(
     scheme, live, fast_cfg, cli, upstream, nginx, tmp_path, monkeypatch, data_dir
 ):
