@@ -135,6 +135,7 @@ def in_use(sb):
     return sb.stats()["threads"]["in_use"]
 
 
+@pytest.mark.unmeasured
 def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast_cfg, luigid, cli, data_dir, tmp_path):
     """Overlapping ranges: shared days are solved once, and each run waits for slots and for the
     other run's work instead of exiting; 2 runs x 4 workers never put more than 4 solves in flight.
