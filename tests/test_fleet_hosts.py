@@ -68,9 +68,11 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
             region_of(t) for t in tasks if found and t["worker_running"] == found[1] and t["name"] == "RegionExport"
         }
 
-    # the doomed host has a solve in flight for a region luigid lists as running there
-    wait_for(lambda: running_on_doomed() & set(submits(sb)), "host 1 solves")
     store = S3Store(store_url)
+    # every host's run is under way (a loaded machine may start one a few seconds after the others),
+    # and the doomed host has a solve in flight for a region luigid lists as running there
+    wait_for(lambda: len(store.list("_state/runs/")) == len(fleet), "every run's heartbeat")
+    wait_for(lambda: running_on_doomed() & set(submits(sb)), "host 1 solves")
     runs_seen = {  # each run's heartbeat as it wrote it (its `t` is its host's clock), and when it was read
         key.removeprefix("_state/runs/").removesuffix(".json"): (json.loads(store.read(key)), time.time())
         for key in store.list("_state/runs/")
