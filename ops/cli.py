@@ -338,13 +338,12 @@ def run_luigi(
             settle(False)
         if all_complete(days):
             return 0  # done, by whichever run did it
-        if others:
-            code = codes.already_running
+        if url and (others or code == codes.already_running):
+            # settled: no other run has tasks of these days any more, and they left days missing
+            say("tasks of these days failed in another run on the central scheduler (its output says why)")
+            return codes.task_failed
         if code == codes.already_running:
-            say(
-                f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})"
-                " or, through the central scheduler, tasks of these days"
-            )
+            say(f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})")
     return code
 
 
