@@ -68,17 +68,24 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
             region_of(t) for t in tasks if found and t["worker_running"] == found[1] and t["name"] == "RegionExport"
         }
 
-    store = S3Store(store_url)
-    # every host's run is under way (a loaded machine may start one a few seconds after the others),
-    # and the doomed host has a solve in flight for a region luigid lists as running there
-    wait_for(lambda: len(store.list("_state/runs/")) == len(fleet), "every run's heartbeat")
+    # the doomed host has a solve in flight for a region luigid lists as running there
     wait_for(lambda: running_on_doomed() & set(submits(sb)), "host 1 solves")
-    runs_seen = {  # each run's heartbeat as it wrote it (its `t` is its host's clock), and when it was read
-        key.removeprefix("_state/runs/").removesuffix(".json"): (json.loads(store.read(key)), time.time())
-        for key in store.list("_state/runs/")
-    }
+    store = S3Store(store_url)
+    runs_seen = {}  # each run's heartbeat as it wrote it (its `t` is its host's clock), and when it was read
+
+    def every_heartbeat_seen():
+        for key in store.list("_state/runs/"):
+            run = key.removeprefix("_state/runs/").removesuffix(".json")
+            if run not in runs_seen and (beat := store.read(key)) is not None:
+                runs_seen[run] = (json.loads(beat), time.time())
+        return len(runs_seen) == len(fleet)
+
+    every_heartbeat_seen()  # the doomed run's, before it dies
     psutil.wait_procs(doomed.kill(), timeout=2)
     held = running_on_doomed()  # luigid has not noticed yet
+    # a host that a loaded machine started seconds late beats by now or soon: the survivors run on
+    # until the dead host's regions are done again
+    wait_for(every_heartbeat_seen, "every run's heartbeat")
 
     runs = [host.wait(timeout=120) for host in survivors]
     seen = totals.stop()
