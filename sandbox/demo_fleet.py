@@ -229,12 +229,21 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
     fleet = [Host(name, root / "hosts", shared, layered, namespaced=namespaced) for name in HOSTS]
     for host in fleet:
         stack.callback(host.stop)
-    say(f"backfill {START}..{STOP} ({len(days())} days, {total} regions) on all three hosts at once")
+    say(f"backfill {START}..{STOP} ({len(days())} days, {total} regions) on all three hosts, {VICTIM} first")
     began = time.monotonic()
-    for host in fleet:
-        host.start("backfill", START, STOP)
-
     victim = fleet[HOSTS.index(VICTIM)]
+    victim.start("backfill", START, STOP)
+    # the others once it solves: a loaded machine may start it seconds late, and the others would do
+    # every region before it asked for one, leaving nothing to kill it with
+    deadline = time.monotonic() + 60
+    while not host_regions(victim)["running"] & still_solving(sb) and time.monotonic() < deadline:
+        if victim.proc is not None and victim.proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    for host in fleet:
+        if host is not victim:
+            host.start("backfill", START, STOP)
+
     in_flight: set[Region] = set()
     held: set[Region] = set()
     next_line = 0.0
