@@ -35,7 +35,7 @@ from sandbox.hosts import Host, unshare_works
 from tasks import config
 
 from .demo import time_scale
-from .luigid import ForegroundLuigid
+from .luigid import ForegroundLuigid, wait_for
 from .seaweedfs import SeaweedFS
 
 BUCKET = "portal-fleet-demo"
@@ -235,11 +235,11 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
     victim.start("backfill", START, STOP)
     # the others once it solves: a loaded machine may start it seconds late, and the others would do
     # every region before it asked for one, leaving nothing to kill it with
-    deadline = time.monotonic() + 60
-    while not host_regions(victim)["running"] & still_solving(sb) and time.monotonic() < deadline:
-        if victim.proc is not None and victim.proc.poll() is not None:
-            break
-        time.sleep(0.05)
+    proc = victim.proc
+    wait_for(
+        lambda: proc is None or proc.poll() is not None or bool(host_regions(victim)["running"] & still_solving(sb)),
+        60.0,
+    )
     for host in fleet:
         if host is not victim:
             host.start("backfill", START, STOP)
