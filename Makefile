@@ -69,13 +69,15 @@ help: ## list the targets
 # The suite starts ~400 Python processes (the CLI, luigid, hosts). Where PYTHONDONTWRITEBYTECODE is
 # set (this machine and CI set it) Python caches nothing it compiles, so each compiled the project's
 # modules anew, ~0.1 s of CPU a start: compiled once before the suite instead.
+# pytest's arguments for TEST_WORKERS xdist processes (none for 0)
+XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 COMPILE := $(PY) -m compileall -q -j 0 portal_export tasks ops sandbox tests bench >/dev/null
 
 .PHONY: test
 test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors COVER_TOTAL, COVER_CORE above)
 	rm -f .coverage .coverage.*
 	@$(COMPILE)
-	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) \
+	$(PY) -m pytest $(XDIST) \
 		--cov --cov-report=term:skip-covered --cov-fail-under=$(COVER_TOTAL)
 	@rm -f .coverage.*  # what a task process killed on purpose (the kill tests) left half-written
 	@core=$$($(PY) -m coverage report --include='portal_export/*' --format=total) && \
@@ -86,7 +88,7 @@ test: $(VENV)/.installed ## run the whole test suite with line and branch covera
 cover-by-test: $(VENV)/.installed ## the suite with every test's processes measured apart: fails if only `unmeasured` tests reach a line (~5 min)
 	rm -f .coverage .coverage.*
 	@$(COMPILE)
-	COVER_BY_TEST=1 $(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) -q \
+	COVER_BY_TEST=1 $(PY) -m pytest $(XDIST) -q \
 		--cov --cov-report=
 	@rm -f .coverage.*
 	$(PY) -m tests.cover_by_test .coverage
@@ -94,7 +96,7 @@ cover-by-test: $(VENV)/.installed ## the suite with every test's processes measu
 .PHONY: test-fast
 test-fast: $(VENV)/.installed ## the unit tests and in-process tests only (no live servers, no processes), under a minute
 	@$(COMPILE)
-	$(PY) -m pytest -m "not live" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) -q
+	$(PY) -m pytest -m "not live" $(XDIST) -q
 
 .PHONY: test-pythons
 test-pythons: ## make test on every Python of PYTHONS found here (each in .venv-X.Y); says which were skipped
