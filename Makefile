@@ -69,9 +69,9 @@ help: ## list the targets
 # The suite starts ~400 Python processes (the CLI, luigid, hosts). Where PYTHONDONTWRITEBYTECODE is
 # set (this machine and CI set it) Python caches nothing it compiles, so each compiled the project's
 # modules anew, ~0.1 s of CPU a start: compiled once before the suite instead.
+COMPILE := $(PY) -m compileall -q -j 0 portal_export tasks ops sandbox tests bench >/dev/null
 # pytest's arguments for TEST_WORKERS xdist processes (none for 0)
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
-COMPILE := $(PY) -m compileall -q -j 0 portal_export tasks ops sandbox tests bench >/dev/null
 
 .PHONY: test
 test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors COVER_TOTAL, COVER_CORE above)
