@@ -28,6 +28,28 @@ def pytest_collection_modifyitems(items):
             or LIVE_PARAMS & params
         ):
             item.add_marker(pytest.mark.live)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))  # set in xdist's workers
+    if workers > 1:
+        items[:] = long_first(items, workers)
+
+
+def long_first(items, workers):
+    """The order in which pytest-xdist's worksteal (make test's) gives each of `workers` workers its
+    share of `items` with the tests marked `long` at its head, dealt in turn. Worksteal hands worker i the
+    i-th contiguous share of the collection, and an idle worker steals from the tail of another's
+    queue, never the test it runs: in file order a share could end with a fleet test of half a
+    minute, which its worker then ran alone while the others had nothing left to take."""
+    long = [item for item in items if item.get_closest_marker("long")]
+    rest = [item for item in items if not item.get_closest_marker("long")]
+    ordered, left = [], len(items)
+    for i in range(workers):
+        size = left // (workers - i)  # worksteal's share for the i-th worker
+        head = long[i::workers]
+        take = max(0, size - len(head))
+        ordered += head + rest[:take]
+        del rest[:take]
+        left -= size
+    return ordered + rest
 
 
 @pytest.fixture(autouse=True)

@@ -39,6 +39,7 @@ def test_backfill_through_the_cli_keeps_solves_in_flight_at_the_cap(tmp_path):
     assert summary["over_age_limit"] == 0
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_a_fleet_row_runs_hosts_that_share_one_backfill_and_measures_each(tmp_path, seaweedfs):
     """The fleet rows' code at its smallest: 2 hosts of 2 workers, 2 days at cap 2, under one luigid

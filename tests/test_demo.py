@@ -33,6 +33,7 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
         assert len((data / f"portal_records_{day}.jsonl").read_text().splitlines()) == health["rows"] > 0
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):
     env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
@@ -55,6 +56,7 @@ def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_an
     assert weeds == []  # the store it started is stopped
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_the_fleet_demo_kills_a_host_and_what_it_says_holds_in_the_bucket(tmp_path):
     """`make demo-fleet`'s entry: three hosts, one SIGKILLed mid-backfill. What it prints (who took

@@ -44,6 +44,7 @@ def assert_every_day_exact(runs, bucket):
         assert bucket.day_lines(day) == expected_lines(day), day  # every record once
 
 
+@pytest.mark.long
 def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3_data_dir, bucket):
     """Two hosts run the same 6-day backfill at once, 2 workers each, on one luigid (cap 4): every
     day is exact, every region is solved once (the sandbox counts the submits), both exit 0, and
@@ -115,6 +116,7 @@ def region_of(task):
     return task["params"]["date"], task["params"]["region"]
 
 
+@pytest.mark.long
 def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fleet_luigid, hosts, s3_data_dir, bucket):
     """Three hosts run one 6-day backfill (2 workers each, cap 4); host-a is SIGKILLed with its whole
     process tree while it solves. The other two take its regions over in the same command, after

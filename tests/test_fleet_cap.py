@@ -45,6 +45,7 @@ def wait_for(predicate, what, timeout=60):
     return found
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):  # noqa: F811
     """Three hosts hold one cap, and the owner's death hands it on. (A short name: the hosts' TMPDIR

@@ -111,6 +111,7 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
     return runs, runs_seen, changes
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over(
     sandbox,
@@ -134,6 +135,7 @@ def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over
     assert {c["run"] for c in changes} <= ids, changes  # the owners were among them
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     sandbox,

@@ -88,6 +88,7 @@ def test_a_fork_waits_for_a_threads_write_in_progress(guarded):
     drainer.join(timeout=10)
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_500_forks_while_the_progress_and_plan_threads_log_and_read_the_plan(sandbox, tmp_path):
     """The run's process as `make backfill` has it (tests/fork_load.py): a real Luigi worker with 4

@@ -49,6 +49,7 @@ def breaker_files(data_dir):
     return sorted((data_dir / "_state").glob("breaker-*.json"))
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_a_30_day_backfill_with_a_wrong_key_sends_no_more_than_the_cap_then_clear_breaker_completes(
     live, fast_cfg, cli, data_dir

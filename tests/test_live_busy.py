@@ -51,6 +51,7 @@ def one_batch(sandbox, cli, tmp_path, first):
     return [(n, sb, data, proc.wait(timeout=60), cli.output(proc)[1]) for n, sb, data, proc in runs]
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_another_consumer_taking_threads_at_the_worst_moment_costs_no_region_20_runs(
     live, fast_cfg, sandbox, cli, tmp_path

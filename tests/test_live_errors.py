@@ -556,6 +556,7 @@ def test_retry_unsolvable_re_attempts_the_unsolvable_region_of_a_day_that_passed
     assert health["unsolvable"] == 0 and health["regions"]["east"]["status"] == "ok"
 
 
+@pytest.mark.long
 def test_retry_unsolvable_right_after_the_failed_run_under_luigid(live, shared_central, cli, data_dir):
     d = day(30)
     again, first_round = fail_two_unsolvable_then_retry(live, cli, data_dir, d, **shared_central.env)

@@ -6,6 +6,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from ops import metrics as ops_metrics
@@ -31,6 +32,7 @@ def counted(seaweedfs, bucket, since, at_least, timeout=10.0):
         time.sleep(0.05)
 
 
+@pytest.mark.long
 def test_a_scrape_of_years_of_days_in_a_bucket_costs_listings_and_no_get(seaweedfs, s3_data_dir):
     bucket, prefix = s3_data_dir.removeprefix("s3://").split("/", 1)
     client = seaweedfs.client()

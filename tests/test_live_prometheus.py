@@ -128,6 +128,7 @@ def both(value):
     return {"portal-export": value, "luigid": value}
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
     live, fast_cfg, cli, central, prometheus, data_dir

@@ -82,6 +82,7 @@ def second_clone(tmp_path):
     return clone, {"PORTAL_VAR_DIR": str(clone / "var")}
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_backfill_and_export_land_in_the_bucket_and_a_second_clone_solves_nothing_then_reports(
     live, cli, s3_data_dir, seaweedfs, tmp_path, data_dir
@@ -159,6 +160,7 @@ def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only
     assert submits(live) - before == 16 - len(done)  # what was exported before the kill is not solved again
 
 
+@pytest.mark.long
 @pytest.mark.unmeasured
 def test_the_store_down_for_10_s_mid_run_loses_no_region_and_the_run_completes(
     live, cli, s3_data_dir, seaweedfs, fast_cfg

@@ -238,6 +238,7 @@ def netns():
     holder.wait()
 
 
+@pytest.mark.long
 def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond_loopback(var, netns):
     """In a namespace of its own, so luigid on another address is reachable by nothing else (and
     port 8082, the default, is free there)."""

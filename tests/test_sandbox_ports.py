@@ -43,6 +43,7 @@ def test_luigid_starts_again_on_a_new_port_when_its_port_was_taken(tmp_path, tak
         luigid.stop()
 
 
+@pytest.mark.long
 def test_seaweedfs_starts_again_on_new_ports_when_its_s3_grpc_port_was_taken(tmp_path, taken, monkeypatch):
     # the ninth port picked is the S3 gateway's gRPC port, the one the CI run lost
     calls = first_taken(taken, monkeypatch, sandbox.seaweedfs, nth=9)
