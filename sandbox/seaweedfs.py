@@ -28,7 +28,9 @@ WEED = Path(sys.executable).with_name("weed")
 ACCESS_KEY = "portal-export-test"
 SECRET_KEY = "weed-secret-Zq8v0xN3kR7tY2pL"  # a test secret: the tests check it never leaks
 REGION = "us-east-1"
-STOP_GRACE_S = 3.0  # SIGTERM does not stop weed promptly: SIGTERM, this long, then SIGKILL
+# weed 4.x does not exit on SIGTERM or SIGINT (still running 15 s after either): SIGTERM lets it
+# close what it can in this long, then SIGKILL; remove(), whose data goes, kills it at once
+STOP_GRACE_S = 3.0
 
 
 class SeaweedFS:
@@ -131,18 +133,18 @@ class SeaweedFS:
             return False
         return True
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=STOP_GRACE_S)
+                self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
 
     def remove(self) -> None:
-        self.stop()
+        self.stop(grace_s=0)
         shutil.rmtree(self.home / "data", ignore_errors=True)
 
     def client(self, secret: str = SECRET_KEY) -> Any:

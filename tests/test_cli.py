@@ -84,6 +84,7 @@ def test_central_scheduler_required_but_absent_fails(monkeypatch, capsys):
     assert "no central scheduler answers at http://127.0.0.1:9" in capsys.readouterr().err
 
 
+@pytest.mark.unmeasured
 def test_make_export_refuses_a_bad_day_through_the_makefile(tmp_path):
     """The contract's own command line, exit code and single line."""
     venv = ROOT / ".venv" / "bin" / "python"

@@ -68,6 +68,7 @@ def test_the_protocol_stand_ins_import_nothing_of_the_project():
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.unmeasured
 @pytest.mark.parametrize(
     ("module", "must_not_load"),
     [

@@ -113,6 +113,7 @@ def test_under_luigid_a_revoked_key_sends_one_message_even_when_luigid_has_a_rec
     assert_no_secret(smtp, hook, run, data_dir)
 
 
+@pytest.mark.unmeasured
 def test_a_clean_run_sends_nothing_and_prints_a_progress_line_per_day(channels, cli, data_dir):
     smtp, hook, layer = channels
     layer({"portal": {"regions": "north"}})
@@ -187,6 +188,7 @@ def test_a_p95_above_the_line_sends_one_warning(channels, cli, data_dir):
     assert_no_secret(smtp, hook, run, data_dir)
 
 
+@pytest.mark.unmeasured
 def test_all_plan_threads_busy_at_the_start_sends_one_warning(channels, cli, live, data_dir):
     smtp, hook, layer = channels
     # the region waits out the busy threads, for the plan's next reading (1 s on, not 30)
@@ -209,6 +211,7 @@ def test_all_plan_threads_busy_at_the_start_sends_one_warning(channels, cli, liv
     assert "all 5 plan threads were busy with other consumers of the key when the run started" in body
 
 
+@pytest.mark.unmeasured
 def test_a_validation_failure_sends_one_alert_naming_the_day_and_its_ratio(channels, cli, live, data_dir):
     smtp, hook, _ = channels
     live.configure(unsolvable_sitekeys=frozenset({"north", "south"}))
@@ -306,6 +309,7 @@ def test_alert_test_sends_through_every_channel_and_says_which_worked(channels, 
     assert none.code == 2 and "no channel configured" in none.err
 
 
+@pytest.mark.unmeasured
 def test_a_refused_login_sends_the_one_alert_naming_its_code_and_solves_nothing(
     live, channels, cli, data_dir, monkeypatch
 ):

@@ -461,6 +461,7 @@ def test_retries_wait_growing_delays_with_jitter(live, north_only, data_dir, cap
     assert abs(north["idle_slot_seconds"] - 1.1) <= 0.06 and north["idle_slot_seconds"] != pytest.approx(1.1, abs=1e-9)
 
 
+@pytest.mark.unmeasured
 @pytest.mark.parametrize("row", ["server-error", "refused-token"])
 def test_after_the_last_attempt_the_region_fails_and_the_run_exits_non_zero(row, live, north_only, cli, data_dir):
     north_only()
@@ -490,6 +491,7 @@ def test_after_the_last_attempt_the_region_fails_and_the_run_exits_non_zero(row,
 # ------------------------------------------------------------------------------------------ unsolvable
 
 
+@pytest.mark.unmeasured
 def test_an_unsolvable_region_is_resubmitted_once_then_counted(live, cli, data_dir):
     live.configure(unsolvable_sitekeys=frozenset({sitekey_for("east")}))
     d = day(28)
@@ -535,6 +537,7 @@ def assert_only_unsolvable_regions_were_solved_again(live, data_dir, d, first_ro
     assert not (data_dir / "regions" / str(d) / "failed.health.json").exists()
 
 
+@pytest.mark.unmeasured
 def test_retry_unsolvable_re_attempts_only_the_unsolvable_regions(live, cli, data_dir):
     d = day(29)
     again, first_round = fail_two_unsolvable_then_retry(live, cli, data_dir, d)
@@ -542,6 +545,7 @@ def test_retry_unsolvable_re_attempts_only_the_unsolvable_regions(live, cli, dat
     assert_only_unsolvable_regions_were_solved_again(live, data_dir, d, first_round)
 
 
+@pytest.mark.unmeasured
 def test_retry_unsolvable_re_attempts_the_unsolvable_region_of_a_day_that_passed(live, cli, data_dir):
     live.configure(unsolvable_sitekeys=frozenset({sitekey_for("east")}))
     d = day(31)

@@ -72,6 +72,7 @@ def test_a_scrape_of_years_of_days_in_a_bucket_costs_listings_and_no_get(seaweed
     assert used == {"LIST": LISTINGS}, used
 
 
+@pytest.mark.unmeasured
 def test_make_metrics_server_serves_a_bucket(cli, seaweedfs, s3_data_dir):
     from .test_ops_monitoring import CONTRACT, serving
 

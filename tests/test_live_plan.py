@@ -207,6 +207,7 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
     assert {r["name"]: r["num_total"] for r in central.rpc("resource_list")}["captchaai"] == 4  # restored
 
 
+@pytest.mark.unmeasured
 def test_no_usable_thread_makes_regions_wait_without_a_refused_submit_then_run(live, fast_cfg, cli, data_dir):
     fast_cfg({**PLAN, "portal": {"regions": "north,south"}})
     assert live.occupy_threads(5, 1.5 * 100) == 5  # for 1.5 s of the sandbox's (pausable) clock
@@ -238,6 +239,7 @@ def test_no_usable_thread_past_the_deadline_fails_naming_the_busy_plan(live, fas
     assert not (data_dir / "_state" / "plan-busy.json").exists()  # the verdict ends with the run
 
 
+@pytest.mark.unmeasured
 def test_follow_plan_false_keeps_the_fixed_cap(live, fast_cfg, cli, data_dir):
     fast_cfg({"captchaai": {"follow_plan": "false", "plan_every_s": PERIOD}, "portal": {"regions": "north"}})
     live.configure(solve_s=50)

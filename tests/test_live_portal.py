@@ -121,6 +121,7 @@ def test_a_token_solved_for_the_wrong_kind_is_refused(variant, live, fast_cfg, d
     assert live.stats()["tokens"]["refused"] == {reason: 2}
 
 
+@pytest.mark.unmeasured
 def test_every_variant_together_on_one_day_through_the_cli(live, fast_cfg, cli, data_dir, logged_in):
     live.configure(variants=TOGETHER)
     fast_cfg({"portal": {"regions": ",".join(TOGETHER)}})
@@ -141,6 +142,7 @@ def test_every_variant_together_on_one_day_through_the_cli(live, fast_cfg, cli, 
     assert health(data_dir)["regions"]["everything"]["transient_errors"] == ["PORTAL_HTML_ANSWER"] * 2
 
 
+@pytest.mark.unmeasured
 def test_five_regions_with_dash_and_underscore_in_names(live, fast_cfg, cli, data_dir):
     regions = ["north", "south-east", "west_2", "Zone-9_b", "e"]
     fast_cfg({"portal": {"regions": ",".join(regions)}})

@@ -273,6 +273,7 @@ def test_a_revoked_key_alerts_once_with_the_breaker_in_the_bucket_which_stops_a_
         assert SECRET_KEY not in where and UNKNOWN_KEY not in where
 
 
+@pytest.mark.unmeasured
 def test_the_completeness_check_of_365_days_is_a_handful_of_store_requests(live, cli, s3_data_dir, seaweedfs):
     """Every day of a year already complete: the backfill must find that out by listing, not by
     asking for each day's objects (730 requests, or four times that with Luigi's own `exists`)."""

@@ -161,6 +161,7 @@ CONTRACT = {
 }
 
 
+@pytest.mark.unmeasured
 def test_the_dashboard_shows_every_contract_metric_and_only_served_ones(cli):
     proc, url = serving(cli)
     served = set(re.findall(r"^# TYPE (\w+) ", requests.get(url, timeout=10).text, re.M))

@@ -13,12 +13,14 @@ DAY = datetime.date(2026, 9, 1)
 NORTH = {"portal": {"regions": "north"}}
 
 
+@pytest.mark.unmeasured
 def test_make_plan_prints_threads_cap_workers_and_ok(live, cli):
     run = cli("plan")
     assert run.code == 0, run.err
     assert "plan: 5 threads, 0 working now; cap 4 solves ([resources] captchaai), 8 workers: ok" in run.err
 
 
+@pytest.mark.unmeasured
 def test_make_plan_says_the_cap_the_plan_leaves_and_the_last_change(live, cli, central):
     assert live.occupy_threads(2, 1000) == 2  # another consumer, for 10 s
     central.rpc("update_resource", resource="captchaai", amount=2)  # as a run's governor left it
@@ -30,6 +32,7 @@ def test_make_plan_says_the_cap_the_plan_leaves_and_the_last_change(live, cli, c
     ) in run.err
 
 
+@pytest.mark.unmeasured
 @pytest.mark.parametrize(
     "case, verdict",
     [
@@ -62,6 +65,7 @@ def test_an_export_with_a_bad_verdict_warns_and_completes(live, fast_cfg, cli, d
     assert (data_dir / f"portal_records_{DAY}.jsonl").exists()
 
 
+@pytest.mark.unmeasured
 def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_free(live, fast_cfg, cli, data_dir):
     """Another consumer on the same key holds every plan thread until the run has said so: the cap
     in force drops to 0 and the region waits for a slot in Luigi, sending nothing to be refused."""

@@ -283,6 +283,7 @@ def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond
     assert netns("make", "-s", "scheduler-stop", **env).returncode == 0
 
 
+@pytest.mark.unmeasured
 @pytest.mark.parametrize(
     "bind, why",
     [("10.255.255.1", "Cannot assign requested address"), ("no-such-host.invalid", "Name or service not known")],

@@ -7,6 +7,8 @@ import subprocess
 import time
 from unittest import mock
 
+import pytest
+
 from portal_export import alert_once, breaker, keys
 from portal_export.caplog import CapLog
 from portal_export.failures import write_failure
@@ -139,6 +141,7 @@ def test_a_store_that_does_not_answer_is_the_one_line_error_of_every_command(cli
     assert len(set(lines)) == 1  # make state and make prune say what clear-breaker says
 
 
+@pytest.mark.unmeasured
 def test_a_night_removes_its_share_of_old_state_itself(live, cli, data_dir):
     """`make export` prunes at its end: old changes of dead runs and old claims go, the newest
     change and the day's outputs stay, with no `make prune`."""

@@ -7,6 +7,7 @@ import json
 import re
 import time
 
+import pytest
 import requests
 
 from sandbox import SANDBOX_KEY, FaultPlan, sitekey_for
@@ -25,6 +26,7 @@ def tasks_of(url, family, status):
     return {i: t for i, t in rpc(url, "task_list", status=status, upstream_status="").items() if t["name"] == family}
 
 
+@pytest.mark.unmeasured
 def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg, cli):
     live.configure(solve_s=150)  # 1.5 s per solve, polled every 0.2 s: several polls in flight
     fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
@@ -72,6 +74,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
     assert rpc(luigid, "get_task_progress_percentage", task_id=day_id)["progressPercentage"] == 100
 
 
+@pytest.mark.unmeasured
 def test_a_failed_region_names_its_error_code_and_never_the_key(live, luigid, fast_cfg, cli):
     live.configure(faults={"in.php": FaultPlan(rate=1.0, kinds=("server_error",))})
     fast_cfg({"portal": {"regions": "north", "attempts": 2}})

@@ -107,6 +107,7 @@ def test_probe_refuses_bad_input_in_one_line(argv, message, capsys):
     assert err.count("\n") == 1 and message in err
 
 
+@pytest.mark.unmeasured
 def test_make_probe_through_the_makefile(live):
     live.configure(variants={"south": {"frame", "invisible", "csrf"}})
     env = {**os.environ, "PATH": os.environ["PATH"]}

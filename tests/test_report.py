@@ -397,6 +397,7 @@ def test_module_command_line(tmp_path):
     assert str(tmp_path / "empty") in missing.stderr
 
 
+@pytest.mark.unmeasured
 def test_core_module_imports_no_luigi_no_tasks_no_pyplot():
     code = (
         "import sys, portal_export.report; "

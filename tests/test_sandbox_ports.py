@@ -32,6 +32,7 @@ def first_taken(port, monkeypatch, module, nth=1):
     return calls
 
 
+@pytest.mark.unmeasured
 def test_luigid_starts_again_on_a_new_port_when_its_port_was_taken(tmp_path, taken, monkeypatch):
     calls = first_taken(taken, monkeypatch, sandbox.luigid)
     luigid = sandbox.luigid.ForegroundLuigid(tmp_path / "luigid", history=False)
