@@ -34,11 +34,11 @@ def pytest_collection_modifyitems(items):
 
 
 def long_first(items, workers):
-    """The order in which pytest-xdist's worksteal (make test's) gives each of `workers` workers its
-    share of `items` with the tests marked `long` at its head, dealt in turn. Worksteal hands worker i the
-    i-th contiguous share of the collection, and an idle worker steals from the tail of another's
-    queue, never the test it runs: in file order a share could end with a fleet test of half a
-    minute, which its worker then ran alone while the others had nothing left to take."""
+    """`items` ordered so that pytest-xdist's worksteal (make test's) starts each of `workers`
+    workers on its turn of the tests marked `long`. Worksteal hands worker i the i-th contiguous
+    share of the collection, and an idle worker steals from the tail of another's queue, never the
+    test it runs: in file order a share could end with a fleet test of half a minute, which its
+    worker then ran alone while the others had nothing left to take."""
     long = [item for item in items if item.get_closest_marker("long")]
     rest = [item for item in items if not item.get_closest_marker("long")]
     ordered, left = [], len(items)
