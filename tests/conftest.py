@@ -41,14 +41,13 @@ def long_first(items, workers):
     worker then ran alone while the others had nothing left to take."""
     long = [item for item in items if item.get_closest_marker("long")]
     rest = [item for item in items if not item.get_closest_marker("long")]
-    ordered, left = [], len(items)
+    ordered = []
     for i in range(workers):
-        size = left // (workers - i)  # worksteal's share for the i-th worker
+        size = (len(items) - len(ordered)) // (workers - i)  # worksteal's share of what is still pending
         head = long[i::workers]
         take = max(0, size - len(head))
         ordered += head + rest[:take]
         del rest[:take]
-        left -= size
     return ordered + rest
 
 
