@@ -53,7 +53,7 @@ $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	sed -n '/^uv==/,/[^\\]$$/p' requirements.lock >$(VENV)/uv-requirement.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
 	$(UV_PIP) --require-hashes -r requirements.lock
-	$(VENV)/bin/python -m compileall -q -j 0 -x '/tests?/' \
+	$(VENV)/bin/python -m compileall -q -j 0 -x 'site-packages/.+/tests?/' \
 		$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null
 	$(UV_PIP) --no-build-isolation -e .
 	$(VENV)/bin/pip check --disable-pip-version-check >/dev/null
