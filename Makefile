@@ -21,6 +21,8 @@ METRICS_BIND ?= 127.0.0.1
 STORE ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
+# make prune: DRY_RUN=1 only prints what it would remove
+DRY_RUN ?=
 TASK_LIMIT ?=
 export SCHEDULER LUIGI_SCHEDULER_URL
 
@@ -35,6 +37,8 @@ TEST_WORKERS ?= 3
 PYTHONS ?= 3.10 3.11 3.12 3.13
 
 PY := $(VENV)/bin/python
+# A yes/no variable is on unless empty, 0, no or false: $(if $(call on,$(X)),...)
+on = $(filter-out 0 no false,$(1))
 RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 
 .DEFAULT_GOAL := help
@@ -127,7 +131,7 @@ export: $(VENV)/.installed ## export one day: make export DAY=YYYY-MM-DD
 
 .PHONY: backfill
 backfill: $(VENV)/.installed ## every missing day in [START, STOP): make backfill START=... STOP=...
-	$(RUN) backfill "$(START)" "$(STOP)" $(if $(NEWEST_FIRST),--newest-first) $(if $(TASK_LIMIT),--task-limit $(TASK_LIMIT))
+	$(RUN) backfill "$(START)" "$(STOP)" $(if $(call on,$(NEWEST_FIRST)),--newest-first) $(if $(TASK_LIMIT),--task-limit $(TASK_LIMIT))
 
 .PHONY: retry-unsolvable
 retry-unsolvable: $(VENV)/.installed ## re-attempt a day's unsolvable regions: make retry-unsolvable DAY=...
@@ -159,7 +163,7 @@ state: $(VENV)/.installed ## what the data dir keeps besides the outputs: per ki
 
 .PHONY: prune
 prune: $(VENV)/.installed ## remove now what [portal] keep_state_days lets go; DRY_RUN=1 only prints it
-	$(RUN) prune $(if $(filter-out 0 no false,$(DRY_RUN)),--dry-run)
+	$(RUN) prune $(if $(call on,$(DRY_RUN)),--dry-run)
 
 .PHONY: scheduler
 scheduler: $(VENV)/.installed ## start luigid in the background on loopback (or SCHEDULER_BIND=ADDRESS), LUIGI_SCHEDULER_URL's port; state and history in var/
