@@ -176,6 +176,10 @@ def strings(frame: Frame, node: ast.expr) -> set[str]:
         return {"".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)}
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return set().union(*(strings(frame, e) for e in node.elts))
+    if isinstance(node, ast.IfExp):
+        return strings(frame, node.body) | strings(frame, node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return set().union(*(strings(frame, v) for v in node.values))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "tuple", "set"):
         return set().union(*(strings(frame, a) for a in node.args))
     if isinstance(node, ast.Name) and frame.scope is not None:

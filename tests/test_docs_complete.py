@@ -1,7 +1,7 @@
 """The docs' tables name everything the code offers an operator (tests/docs_inventory.py reads it).
 
 - every exit code of every `python -m ops` command: in docs/operations.md "Exit codes", on the
-  command's row of its table by command (or the row for every command);
+  command's row of its table by command; the codes every command shares on the row for every command;
 - every environment variable the code reads and every make variable: docs/configuration.md
   "Environment variables";
 - every error code raised, recorded or reported: docs/failures.md;
@@ -84,7 +84,8 @@ def test_every_exit_code_of_every_command_is_documented():
         own = rows_for(text, command)
         if not own:
             missing.append(f"`{command}`: no row")
-        missing += [f"`{command}`: `{code}`" for code in sorted(codes) if f"`{code}`" not in own + everyone]
+        # on its own row, also a code the row for every command has: `2` of alert-test is its own cause
+        missing += [f"`{command}`: `{code}`" for code in sorted(codes) if f"`{code}`" not in own]
     assert not missing, "docs/operations.md#exit-codes leaves out:\n" + "\n".join(missing)
 
 
