@@ -58,7 +58,9 @@ def _load(path: Path) -> Module:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for a in node.names:
                 mod.imports[a.asname or a.name] = f"{base}.{a.name}"
     for node in mod.tree.body:
@@ -142,11 +144,9 @@ def local_values(scope: ast.AST, name: str) -> list[ast.expr]:
             for target in node.targets:
                 found += [v for n, v in _pairs(target, node.value) if n == name]
         elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and isinstance(node.target, ast.Name):
-            if node.target.id == name and node.value is not None:
-                found.append(node.value)
+            found += [node.value] if node.target.id == name and node.value is not None else []
         elif isinstance(node, ast.withitem) and isinstance(node.optional_vars, ast.Name):
-            if node.optional_vars.id == name:
-                found.append(node.context_expr)
+            found += [node.context_expr] if node.optional_vars.id == name else []
     return found
 
 
@@ -155,7 +155,9 @@ def loop_sources(scope: ast.AST, name: str) -> list[ast.expr]:
     return [
         node.iter
         for node in walk_scope(scope)
-        if isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name) and node.target.id == name
+        if isinstance(node, ast.For | ast.comprehension)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == name
     ]
 
 
@@ -447,11 +449,15 @@ def _code_sources(frame: Frame, node: ast.AST, errors: set[str]) -> list[ast.exp
         return node.args[:1] + [k.value for k in node.keywords if k.arg == "code"]
     if isinstance(node, ast.Call) and _is_code_get(node):
         return node.args[1:2]
-    if isinstance(node, ast.Call) and len(node.args) > 1:  # Answer(False, "UNRECOGNIZED_ANSWER"): a failed answer's code
+    if (
+        isinstance(node, ast.Call) and len(node.args) > 1
+    ):  # Answer(False, "UNRECOGNIZED_ANSWER"): a failed answer's code
         first = node.args[0]
         return node.args[1:2] if isinstance(first, ast.Constant) and first.value is False else []
     if isinstance(node, ast.Dict):
-        return [v for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant) and k.value == "code"]
+        return [
+            v for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant) and k.value == "code"
+        ]
     if isinstance(node, ast.BoolOp) and any(_mentions_code(v) for v in node.values):
         return [v for v in node.values if not _mentions_code(v)]
     if isinstance(node, ast.Return) and node.value is not None and "code" in getattr(frame.scope, "name", ""):
@@ -545,6 +551,17 @@ def _is_parser(frame: Frame, node: ast.expr) -> bool:
 GETTERS = {"get", "getint", "getfloat", "getboolean", "getintdict", "has_option"}
 
 
+def _is_getter(frame: Frame, node: ast.AST) -> bool:
+    """`get_config().getint(section, key, ...)` and the like."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and len(node.args) >= 2
+        and node.func.attr in GETTERS
+        and _is_parser(frame, node.func.value)
+    )
+
+
 def config_reads() -> set[tuple[str, str]]:
     """(section, key) the code reads: its luigi.Config classes' parameters, `get_config().get*()`
     calls, and attributes of Luigi's own config objects (`luigi.interface.core().workers`)."""
@@ -561,10 +578,9 @@ def config_reads() -> set[tuple[str, str]]:
                     section = _section_of(frame, node.value)
                     if section:
                         found.add((section, node.attr))
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(node.args) >= 2:
-                    if node.func.attr in GETTERS and _is_parser(frame, node.func.value):
-                        for section in strings(frame, node.args[0]):
-                            found |= {(section, key) for key in strings(frame, node.args[1])}
+                if _is_getter(frame, node):
+                    for section in strings(frame, node.args[0]):
+                        found |= {(section, key) for key in strings(frame, node.args[1])}
     return found
 
 

@@ -59,7 +59,9 @@ def in_code(text: str, phrase: str) -> bool:
 
 
 def table_rows(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")
+    ]
 
 
 def rows_for(text: str, command: str) -> str:
@@ -77,7 +79,9 @@ def every_command_row(text: str) -> str:
 def test_every_exit_code_of_every_command_is_documented():
     text = section("operations.md", "Exit codes")
     everyone = every_command_row(text)
-    missing = [f"every command: `{code}`" for code in sorted(inventory.dispatcher_exit_codes()) if f"`{code}`" not in everyone]
+    missing = [
+        f"every command: `{code}`" for code in sorted(inventory.dispatcher_exit_codes()) if f"`{code}`" not in everyone
+    ]
     commands = inventory.command_exit_codes()
     assert {"export", "plan", "scheduler", "metrics-server"} <= set(commands), f"commands not found: {commands}"
     for command, codes in sorted(commands.items()):
@@ -153,7 +157,10 @@ def make_n(*args: str) -> str:
 @pytest.mark.live
 @pytest.mark.parametrize(
     ("target", "variable", "option"),
-    [("backfill START=2026-01-01 STOP=2026-01-02", "NEWEST_FIRST", "--newest-first"), ("prune", "DRY_RUN", "--dry-run")],
+    [
+        ("backfill START=2026-01-01 STOP=2026-01-02", "NEWEST_FIRST", "--newest-first"),
+        ("prune", "DRY_RUN", "--dry-run"),
+    ],
 )
 def test_make_flags_are_off_for_0_no_false_and_empty(target: str, variable: str, option: str):
     for value in ("", "0", "no", "false"):
