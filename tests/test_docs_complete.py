@@ -9,6 +9,7 @@
   heading naming its section.
 """
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import docs_inventory as inventory
+from tests.code_reading import modules
 
 ROOT = inventory.ROOT
 HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
@@ -95,12 +97,12 @@ def test_every_exit_code_of_every_command_is_documented():
 
 def test_the_run_s_last_line_is_quoted_as_the_run_prints_it():
     """The summary's footer (portal_export/alerts.py) is what the docs tell an operator to look for."""
-    tree = inventory.modules()["portal_export.alerts"].tree
+    tree = modules()["portal_export.alerts"].tree
     footers = [
-        "".join(v.value if isinstance(v, inventory.ast.Constant) else "30" for v in node.values)
-        for node in inventory.ast.walk(tree)
-        if isinstance(node, inventory.ast.JoinedStr)
-        and isinstance(node.values[0], inventory.ast.Constant)
+        "".join(v.value if isinstance(v, ast.Constant) else "30" for v in node.values)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        and isinstance(node.values[0], ast.Constant)
         and node.values[0].value.startswith("exit code")
     ]
     assert footers == ["exit code 30"], footers
