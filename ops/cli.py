@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -37,13 +38,13 @@ from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
 from tasks.secrets import scrub
 
-from . import alerting, keeping, luigi_run, luigid, probe, steward, takeover
+from . import alerting, keeping, luigi_run, luigid, probe, steward, stopping, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 USAGE_ERROR = 2
-INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended
+SIGNALLED = 128  # + the signal's number (130 Ctrl-C, 143 SIGTERM): what a shell reports for a command it ended
 
 
 class UsageError(ValueError):
@@ -541,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func in (cmd_export, cmd_backfill, cmd_retry_unsolvable):
+        stopping.install()  # SIGTERM ends a run as Ctrl-C does, promptly (ops/stopping.py)
     try:
         code: int = args.func(args)
         return code
@@ -550,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except luigi.rpc.RPCError as err:  # luigid (or its proxy) went away after the run chose it
         say(f"error: {err}: {err.sub_exception}")
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: the operator is there, so no alert; Luigi ended its task processes
-        say(f"{args.command}: interrupted; every day written is whole, the same command again finishes the rest")
-        return INTERRUPTED
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: someone stopped it on purpose, so no alert
+        signum = stopping.seen(stop)
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        say(f"{args.command}: {how}; every day written is whole, the same command again finishes the rest")
+        return SIGNALLED + signum

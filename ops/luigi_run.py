@@ -23,6 +23,8 @@ import luigi.worker
 
 from tasks.process import helpers_die_with_worker
 
+from . import stopping
+
 log = logging.getLogger(__name__)
 Status = luigi.execution_summary.LuigiStatusCode
 
@@ -59,7 +61,7 @@ class WorkerSchedulerFactory:
         return scheduler
 
     def create_remote_scheduler(self, url: str) -> luigi.rpc.RemoteScheduler:
-        return luigi.rpc.RemoteScheduler(url)
+        return stopping.RemoteScheduler(url)  # Luigi's, whose retries end when the run is told to stop
 
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
         with helpers_die_with_worker():  # its completion cache's server, when it has one
@@ -131,7 +133,32 @@ def run(
         roots_complete = all(task.complete() for task in tasks)
     except luigi.interface.PidLockAlreadyTakenExit:
         return int(codes.already_running)
+    except KeyboardInterrupt:
+        if scheduler_url and stopping.requested():
+            let_go(scheduler_url)
+        raise
     except Exception:
         log.exception("Luigi stopped with an unexpected error")
         return int(codes.unhandled_exception)
     return exit_code(result.status, roots_complete, codes)
+
+
+def let_go(url: str) -> None:
+    """Hand back to luigid the tasks this process's workers were running when the run was told
+    to stop, each pending again: the next run (or another host's) runs them at once, rather than
+    after luigid takes the worker for dead ([scheduler] worker_disconnect_delay) and retry_delay
+    more. Luigi lets only the worker running a task end it (as failed); with retry_count = 1 that
+    disables it, so it is re-enabled and its failure forgiven. luigid gone or silent: nothing to
+    tell (each RPC now makes one short attempt)."""
+    sched: Any = stopping.RemoteScheduler(url)
+    try:
+        for task_id, task in sched.task_list("RUNNING", "").items():
+            if task.get("worker_running") in OWN_WORKERS:
+                sched.add_task(task_id=task_id, status="FAILED", worker=task["worker_running"], expl="run stopped")
+                sched.re_enable_task(task_id)
+                sched.forgive_failures(task_id)
+    except luigi.rpc.RPCError as err:
+        log.warning(
+            "luigid did not answer (%s): it lists this run's tasks as running until it takes the worker for dead",
+            err.sub_exception or err,
+        )

@@ -21,10 +21,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import luigi.configuration
-import luigi.rpc
 import requests
 
 from tasks import config, targets
+
+from . import stopping
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
@@ -50,8 +51,9 @@ def answers(url: str) -> bool:
 
 def remote(url: str) -> Any:
     """luigid's RPCs (task_list, re_enable_task, resource_list, update_resource, ...): RemoteScheduler
-    gets them from Scheduler's rpc methods at import, so a type checker sees none of them."""
-    return luigi.rpc.RemoteScheduler(url)
+    gets them from Scheduler's rpc methods at import, so a type checker sees none of them. Their
+    retries end when the run is told to stop (ops/stopping.py)."""
+    return stopping.RemoteScheduler(url)
 
 
 def luigid_config(

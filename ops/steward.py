@@ -29,6 +29,7 @@ from typing import Any
 
 import luigi
 import luigi.configuration
+import luigi.rpc
 import luigi.scheduler
 
 from portal_export import forksafe
@@ -44,6 +45,7 @@ from portal_export.store import LocalStore, Store
 from tasks import config, targets
 from tasks.config import RESOURCE, RUN_STARTED, configured_cap
 
+from . import stopping
 from .luigi_run import WorkerSchedulerFactory
 from .luigid import remote
 from .scheduler_url import bare, shown
@@ -359,7 +361,13 @@ def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory
             **targets.worker_settings(),
         )
     finally:
-        steward.stop()
+        try:
+            steward.stop()
+        except luigi.rpc.RPCError as err:
+            if not stopping.requested():
+                raise
+            # stopped on purpose, luigid silent: it keeps the cap this run set until the next run sets it
+            log.warning("cap: luigid did not answer as the run stopped: %s", err)
 
 
 def describe(url: str | None, threads: int, working: int) -> str:

@@ -10,7 +10,7 @@ import luigi
 from portal_export.failures import clear_failure, write_failure
 
 from . import targets
-from .process import die_with_worker
+from .process import die_with_worker, stops_quietly
 from .secrets import format_failure, scrub
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class PortalTask(luigi.Task):
 
     def run(self) -> None:
         die_with_worker()  # a killed run must not leave this process solving or writing
-        with failure_shown(self):
+        with stops_quietly(), failure_shown(self):
             self.work()
         self.clear_failures()
 

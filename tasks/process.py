@@ -48,3 +48,18 @@ def helpers_die_with_worker() -> Iterator[None]:
         yield
     finally:
         _starting_helpers = False
+
+
+@contextlib.contextmanager
+def stops_quietly() -> Iterator[None]:
+    """A task process told to stop (Ctrl-C at the terminal, or the signal its worker passes on:
+    ops/stopping.py) ends once the task has unwound, its solves abandoned and their marks
+    released: no traceback, and no failure reported for a task nobody let finish. Where the
+    worker runs the task itself (workers=1) the worker stops as a whole instead."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if os.getpid() == WORKER_PID:
+            raise
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)

@@ -235,9 +235,10 @@ def cli(tmp_path):
     count = itertools.count()
     started = []
 
-    def start(*argv, cwd=ROOT, **env):
+    def start(*argv, cwd=ROOT, own_group=False, **env):
         """The run in the background: a Popen, whose output cli.output(proc) reads. `cwd`: another
-        checkout (a second clone), which finds the code through PYTHONPATH."""
+        checkout (a second clone), which finds the code through PYTHONPATH. `own_group`: in a
+        process group of its own, as a terminal or a service manager starts it (a test may signal it)."""
         n = next(count)
         if cwd != ROOT:
             env.setdefault("PYTHONPATH", str(ROOT))
@@ -247,6 +248,7 @@ def cli(tmp_path):
             env={**os.environ, **env},
             stdout=open(tmp_path / f"cli-{n}.out", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
             stderr=open(tmp_path / f"cli-{n}.err", "w"),  # noqa: SIM115 (the child process's output for as long as it runs)
+            start_new_session=own_group,
         )
         proc.out_path, proc.err_path = tmp_path / f"cli-{n}.out", tmp_path / f"cli-{n}.err"
         started.append(proc)

@@ -1,0 +1,141 @@
+"""A run that ends promptly on SIGTERM or Ctrl-C, also while luigid does not answer.
+
+Both signals end a run as Ctrl-C always did: a `Stopped` (a KeyboardInterrupt, so Luigi's worker
+ends its task processes on the way out) unwinds the run, and the `finally` blocks on its way
+release what the run holds in the data dir: its solves' in-flight marks, its heartbeat, the cap it
+set. What made that slow or unreliable, each handled here:
+
+- Luigi's RPCs retry 3 times, 30 s apart (`[core] rpc_retry_attempts`, `rpc_retry_wait`), and the
+  worker joins its keep-alive thread, whose ping may be in those retries, before it ends: after
+  the signal a `RemoteScheduler` here makes no further attempt and waits for nothing.
+- With workers > 1 the solves run in task processes, which Luigi's worker ends with SIGTERM on
+  its way out (a terminal's Ctrl-C reaches them itself): each inherits this handler, so its solve
+  unwinds too, its in-flight mark released, and the process ends quietly (tasks/process.py).
+- Python drops an exception raised in a fork hook or a `__del__` ("Exception ignored in"), where
+  a signal may land while Luigi forks a task process: until the run has been seen to stop, the
+  signal is sent again every second (ignored once the run unwinds).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any, cast
+
+import luigi.rpc
+from tenacity import Retrying, stop_any, stop_when_event_set
+from tenacity.stop import stop_base
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+AGAIN_EVERY_S = 1.0
+LAST_RPC_TIMEOUT_S = 2.0  # an RPC made after the signal (telling luigid what ends) waits this long at most
+PING_TIMEOUT_S = 2.0
+
+_pinging = threading.local()  # the keep-alive thread's ping is under way
+_silent = threading.Event()  # luigid left an RPC made after the stop unanswered
+
+_requested = threading.Event()
+_seen = threading.Event()  # the run caught its Stopped: no more signals are sent again
+_signum: int = signal.SIGINT
+
+
+class Stopped(KeyboardInterrupt):
+    """The run was told to stop by `signum` (SIGINT: Ctrl-C; SIGTERM: kill, systemd, a timeout)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def install() -> None:
+    """From now on SIGINT and SIGTERM stop this process as described above (the main thread only)."""
+    for signum in SIGNALS:
+        signal.signal(signum, _handle)
+
+
+def requested() -> bool:
+    return _requested.is_set()
+
+
+def seen(stop: KeyboardInterrupt) -> int:
+    """The run caught `stop`: the signal that stopped it (SIGINT for a KeyboardInterrupt of its own)."""
+    _seen.set()
+    return stop.signum if isinstance(stop, Stopped) else int(signal.SIGINT)
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    global _signum
+    if not _requested.is_set():
+        _signum = signum
+        _requested.set()
+        threading.Thread(target=_again, name="stop-again", daemon=True).start()
+    if not _seen.is_set() and not _unwinding():
+        raise Stopped(_signum)
+    # else already unwinding: the task processes' own signal, one sent again, a second Ctrl-C
+
+
+def _unwinding() -> bool:
+    """Whether a KeyboardInterrupt is being handled here (an exception raised while it unwinds
+    has it as its context)."""
+    exc = sys.exc_info()[1]
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__context__
+    return False
+
+
+def _again() -> None:
+    main = threading.main_thread().ident
+    while main is not None and not _seen.wait(AGAIN_EVERY_S):
+        signal.pthread_kill(main, _signum)
+
+
+class RemoteScheduler(luigi.rpc.RemoteScheduler):
+    """Luigi's RPC client, bounded once a stop is requested: no attempt after it, no wait left, a
+    short timeout on what is asked after it, and nothing more asked once luigid left one
+    unanswered. The keep-alive thread's ping has a short timeout always: the worker waits for a ping
+    in flight before it ends, and a ping late by seconds is no news to luigid (it takes a worker
+    for dead after a minute). (Luigi offers no public hook for its retries or timeouts:
+    `_get_retryer` and `_connect_timeout` are the 3.8.1 internals its `_fetch` uses.)"""
+
+    def __init__(self, url: str, connect_timeout: float | None = None) -> None:
+        super().__init__(url, connect_timeout)  # type: ignore[no-untyped-call]
+
+    def _get_retryer(self) -> Retrying:
+        retryer: Retrying = super()._get_retryer()  # type: ignore[no-untyped-call]
+        stop = stop_any(cast(stop_base, retryer.stop), stop_when_event_set(_requested))
+        if not _requested.is_set():
+            return retryer.copy(sleep=_nap, stop=stop)
+        # no "Retrying" lines either: Luigi's would log the stop's traceback with them
+        return retryer.copy(sleep=_nap, stop=stop, before=_unless_silent, after=lambda state: _silent.set())
+
+    @property
+    def _connect_timeout(self) -> float:
+        if _requested.is_set():
+            return min(self._timeout, LAST_RPC_TIMEOUT_S)
+        return min(self._timeout, PING_TIMEOUT_S) if getattr(_pinging, "on", False) else self._timeout
+
+    @_connect_timeout.setter
+    def _connect_timeout(self, seconds: float) -> None:
+        self._timeout = seconds
+
+    def ping(self, **kwargs: Any) -> Any:
+        _pinging.on = True
+        try:
+            return super().ping(**kwargs)  # type: ignore[misc]
+        finally:
+            _pinging.on = False
+
+
+def _unless_silent(state: object) -> None:
+    if _silent.is_set():
+        raise luigi.rpc.RPCError("luigid left an RPC unanswered since the run was told to stop", None)
+
+
+def _nap(seconds: float) -> None:
+    """The wait between attempts, cut short by a stop: then the RPC fails at once."""
+    if _requested.wait(seconds):
+        raise luigi.rpc.RPCError("the run is stopping: no more attempts", None)
