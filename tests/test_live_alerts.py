@@ -143,21 +143,12 @@ def test_a_ctrl_c_mid_backfill_stops_the_run_and_alerts_no_one(channels, cli, da
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)
         time.sleep(0.05)
     assert proc.poll() is None, cli.output(proc)  # still running when the operator presses Ctrl-C
-    # Python drops a SIGINT that lands in its fork hooks (Luigi forks a task process every few
-    # moments here: "Exception ignored ... KeyboardInterrupt"): the operator presses Ctrl-C again,
-    # but only while the run shows no sign of stopping (a second one while it winds down ends
-    # Python itself, as in any program)
-    for _ in range(20):
-        proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=2)
-            break
-        except subprocess.TimeoutExpired:
-            if re.search(r"was stopped|interrupted", cli.output(proc)[1]):
-                code = proc.wait(timeout=30)
-                break
-    else:
-        pytest.fail(f"20 Ctrl-C did not stop the run: {cli.output(proc)}")
+    # once, also when it lands while Luigi forks a task process, where Python drops it (ops/stopping.py)
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run still runs 10 s after Ctrl-C: {cli.output(proc)}")
     out, err = cli.output(proc)
 
     assert code == 130, err  # as a shell reports a command Ctrl-C ended, in one line, no traceback

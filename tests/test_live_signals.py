@@ -5,6 +5,7 @@ on luigid that a rerun must wait out. The real CLI against the sandbox and luigi
 """
 
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from .alert_servers import smtp_server  # noqa: F401 (fixture)
 from .conftest import Luigid, polls
 
 STOP_WITHIN_S = 10
@@ -134,3 +136,39 @@ def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slow, cli, data_di
     finally:
         central.proc.send_signal(signal.SIGCONT)
         central.stop()
+
+
+@pytest.mark.parametrize("when", ["after the run", "mid-run"])
+def test_luigid_in_the_foreground_stops_within_10_s_of_sigterm_with_its_state_saved(
+    live,
+    fast_cfg,
+    cli,
+    tmp_path,
+    smtp_server,  # noqa: F811 (fixture)
+    when,
+):
+    """As a service manager stops it: luigid with [email]/[smtp] in its config (a machine-wide
+    /etc/luigi's), holding the tasks a revoked key disabled, idle or serving a run."""
+    fast_cfg({"portal": {"regions": "north,south"}})
+    central = Luigid(tmp_path / "luigid", extra=smtp_server.cfg())
+    try:
+        env = {**central.env, "CAPTCHAAI_API_KEY": "f" * 32}  # well-formed, no such account
+        if when == "after the run":
+            assert cli("backfill", *DAYS, **env).code == 30
+        else:
+            proc = cli.start("backfill", *DAYS, **env)
+            while not central.task_list("DISABLED"):
+                assert proc.poll() is None, cli.output(proc)
+                time.sleep(0.02)
+        disabled = set(central.task_list("DISABLED"))
+        sent_at = time.monotonic()
+        central.proc.send_signal(signal.SIGTERM)
+        code = central.proc.wait(timeout=STOP_WITHIN_S)
+    finally:
+        central.stop()
+    assert code == 0, central.log.read_text()[-2000:]
+    assert time.monotonic() - sent_at < STOP_WITHIN_S
+    with open(central.state_path, "rb") as f:
+        tasks = pickle.load(f)[0]  # what its next start loads: the tasks it had
+    assert disabled <= {t for t, task in tasks.items() if task.status == "DISABLED"}
+    assert smtp_server.raw == []  # luigid sends no mail, on the way out neither
