@@ -44,7 +44,8 @@ from . import scheduler_url as central
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 USAGE_ERROR = 2
-SIGNALLED = 128  # + the signal's number (130 Ctrl-C, 143 SIGTERM): what a shell reports for a command it ended
+INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT)
+TERMINATED = 143  # and for one that SIGTERM ended (128 + SIGTERM)
 
 
 class UsageError(ValueError):
@@ -554,7 +555,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {err}: {err.sub_exception}")
         return 1
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: someone stopped it on purpose, so no alert
-        signum = stopping.seen(stop)
-        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        ctrl_c = stopping.seen(stop) == signal.SIGINT
+        how = "interrupted" if ctrl_c else "stopped by SIGTERM"
         say(f"{args.command}: {how}; every day written is whole, the same command again finishes the rest")
-        return SIGNALLED + signum
+        if ctrl_c:
+            return INTERRUPTED
+        return TERMINATED
