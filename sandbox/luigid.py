@@ -67,7 +67,29 @@ class ForegroundLuigid:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                # what would say why: its signal state (a blocked or ignored SIGTERM, one pending),
+                # where the kernel has it waiting, and what it logged last
+                state = process_state(self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(
+                    f"luigid (pid {self.proc.pid}) still ran 10 s after SIGTERM: {state}; "
+                    f"its log ends: {self.log.read_text()[-1500:]}"
+                ) from None
+
+
+def process_state(pid: int) -> str:
+    """A process's state, threads and signal masks from /proc (empty where there is none)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+    keep = ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    return ", ".join([line.replace("\t", " ") for line in status if line.startswith(keep)] + [f"wchan {wchan}"])
 
 
 def listens(pid: int, port: int) -> bool:

@@ -90,7 +90,7 @@ def test_a_run_whose_luigid_stopped_ends_within_10_s_of_the_signal(slow, cli, da
     finally:
         central.proc.kill()  # gone at once: nothing answers on its port any more
         central.proc.wait()
-    time.sleep(1.5)  # the worker's RPCs fail and wait to be retried
+    time.sleep(1.0)  # the worker's RPCs fail and wait to be retried
     assert proc.poll() is None, cli.output(proc)
     signalled_at, sent_at = slow.now(), time.monotonic()
     stop(proc, how)
@@ -128,7 +128,7 @@ def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slow, cli, data_di
         proc = start(cli, "backfill", *DAYS, **central.env)
         mid_run(cli, proc, slow)
         central.proc.send_signal(signal.SIGSTOP)
-        time.sleep(1.5)  # the worker's RPCs and its keep-alive ping wait on luigid
+        time.sleep(1.0)  # the worker's RPCs and its keep-alive ping wait on luigid
         assert proc.poll() is None, cli.output(proc)
         signalled_at, sent_at = slow.now(), time.monotonic()
         stop(proc, "sigterm")
