@@ -543,10 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.func in (cmd_export, cmd_backfill, cmd_retry_unsolvable):
-        stopping.install()  # SIGTERM ends a run as Ctrl-C does, promptly (ops/stopping.py)
+    runs = args.func in (cmd_export, cmd_backfill, cmd_retry_unsolvable)
     try:
-        code: int = args.func(args)
+        with stopping.handled(runs):  # SIGTERM ends a run as Ctrl-C does, promptly (ops/stopping.py)
+            code: int = args.func(args)
         return code
     except (UsageError, config.ConfigError, ExportError) as err:
         say(f"error: {err}")

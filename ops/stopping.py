@@ -18,9 +18,11 @@ set. What made that slow or unreliable, each handled here:
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, cast
 
@@ -49,10 +51,22 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-def install() -> None:
-    """From now on SIGINT and SIGTERM stop this process as described above (the main thread only)."""
+@contextlib.contextmanager
+def handled(wanted: bool = True) -> Iterator[None]:
+    """Within: SIGINT and SIGTERM stop this process as described above (from the main thread).
+    The handlers before are back after, unless a stop came (the process ends then)."""
+    if not wanted:
+        yield
+        return
+    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
     for signum in SIGNALS:
         signal.signal(signum, _handle)
+    try:
+        yield
+    finally:
+        if not _requested.is_set():
+            for signum, handler in before.items():
+                signal.signal(signum, handler)
 
 
 def requested() -> bool:
