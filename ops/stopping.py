@@ -33,7 +33,7 @@ from tenacity.stop import stop_base
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 AGAIN_EVERY_S = 1.0
 LAST_RPC_TIMEOUT_S = 2.0  # an RPC made after the signal (telling luigid what ends) waits this long at most
-PING_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 3.0  # luigid answers a ping in milliseconds; a worker that ends waits for one in flight
 
 _pinging = threading.local()  # the keep-alive thread's ping is under way
 _silent = threading.Event()  # luigid left an RPC made after the stop unanswered
