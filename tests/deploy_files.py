@@ -198,3 +198,41 @@ def exec_start(name: str, checkout: Path, env_file: Path, account: Account) -> t
     argv = [re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), word) for word in shlex.split(line)]
     workdir = Path(installed(service_value(name, "WorkingDirectory"), checkout, env_file, account))
     return account.command(argv), env, workdir
+
+
+class Service:
+    """A unit's ExecStart started as systemd starts it (see exec_start), its output in `log`; stop()
+    sends SIGTERM, as `systemctl stop` does, and returns (exit code, seconds to exit)."""
+
+    def __init__(self, name: str, checkout: Path, env_file: Path, account: Account, log: Path) -> None:
+        import subprocess as sp
+
+        argv, self.env, workdir = exec_start(name, checkout, env_file, account)
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = sp.Popen(argv, cwd=workdir, env=self.env, stdout=out, stderr=sp.STDOUT, start_new_session=True)
+
+    def stop(self, timeout: float = 10.0) -> tuple[int | None, float]:
+        import signal
+        import time
+
+        begin = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+            self.proc.kill()
+            self.proc.wait()
+        return code, time.monotonic() - begin
+
+
+def wait_until(condition, seconds: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
