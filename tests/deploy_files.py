@@ -81,7 +81,14 @@ class Account:
         """`argv` run as this account (setpriv, as systemd's User= and Group= do)."""
         if self.uid == os.getuid():
             return argv
-        return [program("setpriv", "util-linux"), f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--", *argv]
+        return [
+            program("setpriv", "util-linux"),
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--init-groups",
+            "--",
+            *argv,
+        ]
 
     def own(self, path: Path) -> None:
         """`path` and everything under it made this account's (as its clone and var/ are)."""

@@ -12,7 +12,7 @@ import pytest
 
 from sandbox import SANDBOX_KEY
 
-from .deploy_files import DEPLOY, ROOT, Account, account, installed, load_env_file, write_env_file
+from .deploy_files import DEPLOY, ROOT, Account, account, installed, load_env_file
 
 __all__ = ["account"]  # fixtures
 pytestmark = pytest.mark.live

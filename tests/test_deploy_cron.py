@@ -19,9 +19,10 @@ pytestmark = pytest.mark.live
 SECRETS = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "AWS_SECRET_ACCESS_KEY", "SMTP_PASSWORD")
 
 
-def crontab() -> tuple[dict[str, str], str]:
-    """deploy/crontab's settings and its one job's command (what follows the five time fields)."""
-    settings, jobs = {}, []
+def crontab() -> tuple[dict[str, str], dict[str, str]]:
+    """deploy/crontab's settings, and its jobs' commands (what follows the five time fields) by
+    the program each runs: {"nightly": ..., "prune": ...}."""
+    settings, jobs = {}, {}
     for raw in (DEPLOY / "crontab").read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -29,21 +30,22 @@ def crontab() -> tuple[dict[str, str], str]:
         setting = re.fullmatch(r"([A-Za-z_]\w*)\s*=\s*(.*)", line)
         if setting:
             settings[setting[1]] = setting[2]
-        else:
-            jobs.append(line.split(None, 5))
-    assert len(jobs) == 1, jobs
-    return settings, jobs[0][5]
+            continue
+        command = line.split(None, 5)[5]
+        jobs["nightly" if "deploy/nightly" in command else "prune" if " ops prune" in command else command] = command
+    assert sorted(jobs) == ["nightly", "prune"], jobs
+    return settings, jobs
 
 
-def run_cron_line(checkout, env_file, account, host_zone="UTC"):
+def run_cron_line(checkout, env_file, account, host_zone="UTC", job="nightly"):
     """The job's command as cron runs it: /bin/sh -c, as the crontab's owner, with cron's environment
     (PATH, HOME, SHELL, LOGNAME and the crontab's settings) from the checkout's directory. TZ stands
     for the host's zone, which cron's jobs inherit from /etc/localtime."""
-    settings, command = crontab()
+    settings, jobs = crontab()
     entry = pwd.getpwuid(account.uid)
     env = {"PATH": "/usr/bin:/bin", "HOME": entry.pw_dir, "SHELL": "/bin/sh", "LOGNAME": entry.pw_name}
     env.update(settings, TZ=host_zone)
-    line = installed(command, checkout, env_file, account)
+    line = installed(jobs[job], checkout, env_file, account)
     return subprocess.run(
         account.command(["/bin/sh", "-c", line]), cwd=checkout, env=env, capture_output=True, text=True, timeout=90
     )
@@ -69,9 +71,9 @@ def utc_today():
 
 
 def test_the_crontab_is_utc_and_holds_no_secret():
-    settings, command = crontab()
+    settings, jobs = crontab()
     assert settings.get("CRON_TZ") == "UTC"
-    assert ENV_FILE in command
+    assert all(f"deploy/with-env {ENV_FILE} " in command for command in jobs.values())
     text = (DEPLOY / "crontab").read_text()
     assert not [name for name in SECRETS if re.search(rf"^\s*[^#]*\b{name}\s*=", text, re.M)]
 
@@ -96,6 +98,11 @@ def test_the_cron_line_exports_yesterday_utc_on_a_fresh_clone_and_writes_its_log
     assert f"backfill {yesterday}..{today}" in log
     assert log.rstrip().endswith(f"backfill {yesterday}: complete"), log[-2000:]
     assert SANDBOX_KEY not in log
+
+    pruned = run_cron_line(checkout, env_file, account, job="prune")  # the weekly job, into the same log
+    assert (pruned.returncode, pruned.stdout, pruned.stderr) == (0, "", ""), pruned
+    added = (checkout / "var" / "log" / "nightly.log").read_text()[len(log) :]
+    assert added.startswith("prune: removed "), added
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604])

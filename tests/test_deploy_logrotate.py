@@ -13,8 +13,17 @@ import requests
 from sandbox.ports import free_port
 
 from .conftest import FAST_CLIENT, write_cfg
-from .deploy_files import DEPLOY, ENV_FILE, Service, account, clone, installed, program, server_dir, wait_until
-from .deploy_files import write_env_file
+from .deploy_files import (
+    DEPLOY,
+    Service,
+    account,
+    clone,
+    installed,
+    program,
+    server_dir,
+    wait_until,
+    write_env_file,
+)
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live
@@ -38,7 +47,13 @@ def test_logrotate_accepts_the_file_and_covers_every_log_deploy_writes(tmp_path,
         (checkout / "var" / "log" / name).write_text("a line\n")
     account.own(checkout)
     done = subprocess.run(
-        [program("logrotate", "logrotate"), "-d", "-s", str(tmp_path / "state"), str(logrotate_conf(tmp_path, checkout, account))],
+        [
+            program("logrotate", "logrotate"),
+            "-d",
+            "-s",
+            str(tmp_path / "state"),
+            str(logrotate_conf(tmp_path, checkout, account)),
+        ],
         capture_output=True,
         text=True,
     )
@@ -61,7 +76,9 @@ def test_forced_rotations_lose_no_line_that_a_running_luigid_writes(tmp_path, se
     (server_dir / "etc").mkdir()
     url = f"http://127.0.0.1:{free_port()}"
     fast = write_cfg(server_dir / "etc" / "fast.cfg", FAST_CLIENT)
-    env_file = write_env_file(server_dir / "etc" / "env", {"LUIGI_CONFIG_PATH": str(fast), "LUIGI_SCHEDULER_URL": url}, account)
+    env_file = write_env_file(
+        server_dir / "etc" / "env", {"LUIGI_CONFIG_PATH": str(fast), "LUIGI_SCHEDULER_URL": url}, account
+    )
     luigid = Service("portal-export-luigid.service", checkout, env_file, account, server_dir / "luigid.out")
     sent, stop = [], threading.Event()
 
@@ -78,7 +95,9 @@ def test_forced_rotations_lose_no_line_that_a_running_luigid_writes(tmp_path, se
         conf = logrotate_conf(tmp_path, checkout, account)
         for _ in range(3):
             time.sleep(0.3)
-            done = subprocess.run([logrotate, "-f", "-s", str(tmp_path / "state"), str(conf)], capture_output=True, text=True)
+            done = subprocess.run(
+                [logrotate, "-f", "-s", str(tmp_path / "state"), str(conf)], capture_output=True, text=True
+            )
             assert done.returncode == 0, done.stderr
         time.sleep(0.3)
     finally:

@@ -30,7 +30,8 @@ from .deploy_files import (
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live
-SERVICES = ["portal-export-luigid.service", "portal-export-metrics.service", "portal-export-nightly.service"]
+SERVICES = [f"portal-export-{name}.service" for name in ("luigid", "metrics", "nightly", "prune")]
+TIMERS = {"portal-export-nightly.timer": "03:00:00 UTC", "portal-export-prune.timer": "04:30:00 UTC"}
 UNITS = sorted(p.name for p in DEPLOY.glob("*.service")) + sorted(p.name for p in DEPLOY.glob("*.timer"))
 
 
@@ -38,7 +39,7 @@ def test_systemd_analyze_verify_finds_nothing(tmp_path):
     """Each unit as installed on a server whose checkout is this one: verify checks that ExecStart's
     program exists, so /srv/portal-export is this checkout; the account need not exist."""
     systemd_analyze = program("systemd-analyze", "systemd")
-    assert UNITS == sorted(SERVICES) + ["portal-export-nightly.timer"]
+    assert sorted(SERVICES) + sorted(TIMERS) == UNITS
     for name in UNITS:
         (tmp_path / name).write_text((DEPLOY / name).read_text().replace(CHECKOUT, str(DEPLOY.parent)))
     done = subprocess.run(
@@ -57,20 +58,21 @@ def test_each_service_runs_in_the_foreground_as_the_account_and_is_confined(name
         assert service[key] == [value], key
     if name != "portal-export-metrics.service":  # the metrics server only reads
         assert f"{CHECKOUT}/var" in " ".join(service["ReadWritePaths"])
-    if name != "portal-export-nightly.service":
+    if name in ("portal-export-luigid.service", "portal-export-metrics.service"):  # long-running
         assert service["Restart"] == ["on-failure"]
         assert unit(name)["Install"]["WantedBy"] == ["multi-user.target"]
 
 
-def test_the_timer_fires_at_night_in_utc_and_catches_up_after_downtime():
-    timer = unit("portal-export-nightly.timer")["Timer"]
-    assert timer["Persistent"] == ["true"] and timer["Unit"] == ["portal-export-nightly.service"]
+@pytest.mark.parametrize("name", sorted(TIMERS))
+def test_the_timers_fire_at_night_in_utc_and_catch_up_after_downtime(name):
+    timer = unit(name)["Timer"]
+    assert timer["Persistent"] == ["true"] and timer["Unit"] == [name.replace(".timer", ".service")]
     (calendar,) = timer["OnCalendar"]
-    assert calendar.endswith(" UTC")
+    env = {**os.environ, "TZ": "Pacific/Kiritimati"}  # the host's zone changes nothing
     done = subprocess.run(
-        [program("systemd-analyze", "systemd"), "calendar", calendar], capture_output=True, text=True, env={**os.environ, "TZ": "Pacific/Kiritimati"}
+        [program("systemd-analyze", "systemd"), "calendar", calendar], capture_output=True, text=True, env=env
     )
-    assert done.returncode == 0 and "03:00:00 UTC" in done.stdout, done.stdout
+    assert done.returncode == 0 and calendar.endswith(" UTC") and TIMERS[name] in done.stdout, done.stdout
 
 
 def env_values(server, **more):
@@ -143,3 +145,10 @@ def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, accoun
     assert out.rstrip().endswith(f"backfill {yesterday}: complete"), out[-3000:]  # to the journal
     assert (installation / "data" / f"portal_records_{yesterday}.jsonl").exists()
     assert SANDBOX_KEY not in out
+
+
+def test_the_prune_unit_prunes_the_data_dir(installation, server_dir, account):
+    env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir), account)
+    prune = Service("portal-export-prune.service", installation, env_file, account, server_dir / "prune.out")
+    assert prune.proc.wait(timeout=60) == 0, prune.log.read_text()
+    assert prune.log.read_text().startswith("prune: removed nothing"), prune.log.read_text()
