@@ -232,14 +232,3 @@ class Service:
             self.proc.kill()
             self.proc.wait()
         return code, time.monotonic() - begin
-
-
-def wait_until(condition, seconds: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True

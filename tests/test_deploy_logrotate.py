@@ -10,6 +10,7 @@ import time
 import pytest
 import requests
 
+from sandbox.luigid import wait_for
 from sandbox.ports import free_port
 
 from .conftest import FAST_CLIENT, write_cfg
@@ -21,7 +22,6 @@ from .deploy_files import (
     installed,
     program,
     server_dir,
-    wait_until,
     write_env_file,
 )
 
@@ -90,7 +90,7 @@ def test_forced_rotations_lose_no_line_that_a_running_luigid_writes(tmp_path, se
 
     writer = threading.Thread(target=write_lines)
     try:
-        assert wait_until(lambda: answers(url), 30), luigid.log.read_text()
+        assert wait_for(lambda: answers(url), 30), luigid.log.read_text()
         writer.start()
         conf = logrotate_conf(tmp_path, checkout, account)
         for _ in range(3):
@@ -105,7 +105,7 @@ def test_forced_rotations_lose_no_line_that_a_running_luigid_writes(tmp_path, se
         if writer.is_alive():
             writer.join()
         log_dir = checkout / "var" / "log"
-        wait_until(lambda: f"GET /line-{len(sent) - 1} " in "\n".join(rotated_lines(log_dir)), 5)
+        wait_for(lambda: f"GET /line-{len(sent) - 1} " in "\n".join(rotated_lines(log_dir)), 5)
         luigid.stop()
     logged = [int(m[1]) for line in rotated_lines(log_dir) for m in [re.search(r"GET /line-(\d+) ", line)] if m]
     assert len(sent) > 100 and sorted(logged) == list(range(len(sent))), (len(sent), len(logged))

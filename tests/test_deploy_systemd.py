@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from sandbox import SANDBOX_KEY
+from sandbox.luigid import wait_for
 from sandbox.ports import free_port
 
 from .conftest import FAST_CLIENT, write_cfg
@@ -24,7 +25,6 @@ from .deploy_files import (
     program,
     server_dir,
     unit,
-    wait_until,
     write_env_file,
 )
 
@@ -93,11 +93,11 @@ def test_the_luigid_unit_answers_keeps_var_and_stops_on_sigterm(installation, se
     env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir, LUIGI_SCHEDULER_URL=url), account)
     luigid = Service("portal-export-luigid.service", installation, env_file, account, server_dir / "luigid.out")
     try:
-        assert wait_until(lambda: answers(f"{url}/api/task_list"), 30), luigid.log.read_text()
+        assert wait_for(lambda: answers(f"{url}/api/task_list"), 30), luigid.log.read_text()
         assert os.stat(f"/proc/{luigid.proc.pid}").st_uid == account.uid
         assert requests.get(f"{url}/no-such-page", timeout=5).status_code == 404  # logged: a failed request
         log = installation / "var" / "log" / "luigid.log"
-        assert wait_until(lambda: "404 GET /no-such-page" in log.read_text(), 5), log.read_text()
+        assert wait_for(lambda: "404 GET /no-such-page" in log.read_text(), 5), log.read_text()
     finally:
         code, seconds = luigid.stop()
     assert code == 0 and seconds < 10, (code, seconds, luigid.log.read_text())
@@ -119,7 +119,7 @@ def test_the_metrics_unit_serves_the_data_dir_and_stops_on_sigterm(installation,
     env_file = write_env_file(server_dir / "etc" / "env", values, account)
     metrics = Service("portal-export-metrics.service", installation, env_file, account, server_dir / "metrics.out")
     try:
-        assert wait_until(lambda: answers(f"http://127.0.0.1:{port}/metrics"), 30), metrics.log.read_text()
+        assert wait_for(lambda: answers(f"http://127.0.0.1:{port}/metrics"), 30), metrics.log.read_text()
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "portal_export_days_missing 35.0" in text, text
     finally:
