@@ -19,6 +19,7 @@ DEPLOY = ROOT / "deploy"
 CHECKOUT = "/srv/portal-export"  # where docs/deploy.md clones the repository
 ENV_FILE = "/etc/portal-export/env"
 ACCOUNT = "portal-export"
+HOME = "/var/lib/portal-export"  # the account's, as docs/deploy.md creates it
 # What systemd gives a system service before its EnvironmentFile= (systemd.exec(5) "Environment").
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -69,8 +70,8 @@ class Account:
         if is_root():
             if not known(ACCOUNT):
                 subprocess.run(
-                    [program("useradd", "passwd"), "--system", "--user-group", "--home-dir", CHECKOUT]
-                    + ["--no-create-home", "--shell", "/usr/sbin/nologin", ACCOUNT],
+                    [program("useradd", "passwd"), "--system", "--user-group", "--home-dir", HOME]
+                    + ["--create-home", "--shell", "/usr/sbin/nologin", ACCOUNT],
                     capture_output=True,  # another test process may have created it meanwhile
                 )
             if runs_the_venv(pwd.getpwnam(ACCOUNT)):

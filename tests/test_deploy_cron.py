@@ -105,7 +105,7 @@ def test_the_cron_line_exports_yesterday_utc_on_a_fresh_clone_and_writes_its_log
     assert added.startswith("prune: removed "), added
 
 
-@pytest.mark.parametrize("mode", [0o640, 0o604])
+@pytest.mark.parametrize("mode", [0o640, 0o604], ids=["group", "others"])
 def test_the_cron_line_refuses_an_env_file_others_may_read(sandbox, server_dir, account, mode):
     sb = sandbox()
     checkout = clone(server_dir / "portal-export", account)
