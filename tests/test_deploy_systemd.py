@@ -98,6 +98,9 @@ def test_the_luigid_unit_answers_keeps_var_and_stops_on_sigterm(installation, se
         assert requests.get(f"{url}/no-such-page", timeout=5).status_code == 404  # logged: a failed request
         log = installation / "var" / "log" / "luigid.log"
         assert wait_for(lambda: "404 GET /no-such-page" in log.read_text(), 5), log.read_text()
+        again = Service("portal-export-luigid.service", installation, env_file, account, server_dir / "again.out")
+        assert again.proc.wait(timeout=30) == 1  # one luigid per port: a second start is refused
+        assert again.log.read_text().startswith(f"error: a central scheduler is already running at {url}")
     finally:
         code, seconds = luigid.stop()
     assert code == 0 and seconds < 10, (code, seconds, luigid.log.read_text())
