@@ -463,7 +463,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
-    return luigid.start(url, say, args.bind)
+    return (luigid.foreground if args.foreground else luigid.start)(url, say, args.bind)
 
 
 def show(message: str) -> None:
@@ -530,6 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind",
         default=luigid.LOOPBACK,
         help="the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns",
+    )
+    p.add_argument(
+        "--foreground",
+        action="store_true",
+        help="run luigid in the foreground (for systemd: deploy/), with the state, history and log dir of the background one",
     )
     p.set_defaults(func=cmd_scheduler)
     p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")

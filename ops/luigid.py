@@ -1,6 +1,7 @@
 """`make scheduler` / `make scheduler-stop`: luigid on loopback (or the address the operator names),
-its state and task history in var/. (The same luigid in the foreground, for the tests, the demos and the
-bench, is sandbox/luigid.py.)
+its state and task history in var/. `python -m ops scheduler --foreground` runs the same luigid in the
+foreground, for a service manager (deploy/portal-export-luigid.service). (luigid in the foreground on a
+free port, for the tests, the demos and the bench, is sandbox/luigid.py.)
 
 Only luigid's own config sets the captchaai cap for runs that use it, so its config is written
 from the effective client config ([resources], [scheduler]) at every start: one place to size
@@ -202,6 +203,79 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
         time.sleep(0.1)
     say(f"error: luigid did not answer at {local} within 10 s; see {VAR / 'log'}")
     return 1
+
+
+# luigid's log in the foreground: a WatchedFileHandler reopens it once logrotate has moved it away
+# (deploy/logrotate: nocreate), so no line is lost or written to a file already rotated and compressed.
+# The loggers that exist before luigid reads this are named, or fileConfig disables them. A request
+# is logged only when it fails (tornado.access at WARNING): workers call luigid several times a second.
+FOREGROUND_LOGGING = """\
+# Written by `python -m ops scheduler --foreground`.
+[loggers]
+keys = root, luigi, tornado, access, ours
+
+[handlers]
+keys = file
+
+[formatters]
+keys = plain
+
+[logger_root]
+level = INFO
+handlers = file
+
+[logger_luigi]
+qualname = luigi
+handlers =
+
+[logger_tornado]
+qualname = tornado
+handlers =
+
+[logger_access]
+qualname = tornado.access
+level = WARNING
+handlers =
+
+[logger_ours]
+qualname = ops
+handlers =
+
+[handler_file]
+class = logging.handlers.WatchedFileHandler
+args = ({path!r}, "a")
+formatter = plain
+
+[formatter_plain]
+format = %(asctime)s %(name)s[%(process)s] %(levelname)s: %(message)s
+"""
+
+
+def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
+    """luigid in the foreground, in place of this process (a service manager's main process gets
+    its signals): the config, state, task history and log directory of `start`; its log in
+    var/log/luigid.log, reopened after logrotate moves it. Returns only when it cannot start."""
+    port = urlsplit(url).port or 8082
+    local = reach(bind, port)
+    if answers(local):
+        say(f"error: a central scheduler is already running at {local}")
+        return 1
+    try:
+        listen_addresses(bind, port)
+    except OSError as err:
+        say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
+        return 2
+    logging_conf = VAR / "luigid-logging.conf"
+    for private in (VAR / "luigid", VAR / "log"):
+        private.mkdir(parents=True, exist_ok=True)
+        private.chmod(0o700)
+    logging_conf.write_text(FOREGROUND_LOGGING.format(path=str(VAR / "log" / "luigid.log")))
+    cfg = luigid_config(VAR / "luigid.cfg", extra={"core": {"logging_conf_file": str(logging_conf)}})
+    PIDFILE.write_text(str(os.getpid()))  # luigid's once exec'd: `make scheduler-stop` stops it too
+    say(f"scheduler: luigid at {local} in the foreground (pid {os.getpid()}); log {VAR / 'log' / 'luigid.log'}")
+    os.chdir(VAR)
+    argv = [str(LUIGID), "--state-path", str(VAR / "luigid" / "state.pickle"), "--address", bind, "--port", str(port)]
+    os.execve(LUIGID, argv, environment(cfg))
 
 
 def stop(say: Callable[[str], None]) -> int:
