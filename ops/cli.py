@@ -37,7 +37,7 @@ from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
 from tasks.secrets import scrub
 
-from . import alerting, keeping, luigi_run, luigid, probe, steward, takeover
+from . import alerting, heal, keeping, luigi_run, luigid, probe, steward, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -54,7 +54,8 @@ def say(message: str) -> None:
     print(scrub(message), file=sys.stderr, flush=True)
 
 
-def parse_day(name: str, value: str | None) -> datetime.date:
+def parse_day(name: str, value: str | None, why: str = "") -> datetime.date:
+    """A date of at most today (UTC); `why` ends the message that refuses a later one."""
     if not value:
         raise UsageError(f"{name} is required, as YYYY-MM-DD")
     try:
@@ -63,8 +64,23 @@ def parse_day(name: str, value: str | None) -> datetime.date:
         day = datetime.date.fromisoformat(value)
     except ValueError:
         raise UsageError(f"{name}={value!r} is not a date: give YYYY-MM-DD") from None
-    if day > utc_today():
-        raise UsageError(f"{name}={value} is in the future")
+    today = utc_today()
+    if day > today:
+        raise UsageError(f"{name}={value} is in the future (today is {today} in UTC){why}")
+    return day
+
+
+def parse_ended_day(name: str, value: str | None) -> datetime.date:
+    """A day to export: one that has ended in UTC. Today's records are not final until it ends,
+    and a complete day is never exported again."""
+    day = parse_day(name, value)
+    today = utc_today()
+    if day >= today:
+        newest = today - datetime.timedelta(days=1)
+        raise UsageError(
+            f"{name}={value} has not ended yet in UTC (today is {today}): a day is exported once it has ended, "
+            f"the newest is {newest}"
+        )
     return day
 
 
@@ -132,6 +148,7 @@ def check_args(args: argparse.Namespace) -> None:
     config.regions()
     config.api_key()
     keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    heal.after_s()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 
@@ -348,9 +365,9 @@ def run_luigi(
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    day = parse_day("DAY", args.day)
+    day = parse_ended_day("DAY", args.day)
     check_args(args)
-    return export_day(args, day)
+    return export_day(args, day, lambda: heal.heal([day], say))
 
 
 def export_day(
@@ -371,14 +388,16 @@ def export_day(
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    start, stop = parse_day("START", args.start), parse_day("STOP", args.stop)
+    # STOP is exclusive: at most today, which the nightly `STOP=$(date -u +%F)` gives. A later one
+    # is refused rather than clipped: it names days that have not ended, which no run exports.
+    start = parse_day("START", args.start)
+    stop = parse_day("STOP", args.stop, ": STOP is exclusive, so at most today")
     if start >= stop:
         raise UsageError(f"START={start} must be before STOP={stop} (STOP is exclusive)")
     if args.task_limit is not None and args.task_limit < 1:
         raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
     check_args(args)
     today = utc_today()
-    stop = min(stop, today + datetime.timedelta(days=1))  # never a day in the future
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
     limit = args.task_limit or len(days)
     # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
@@ -394,11 +413,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     with alerting.RunAlert(args, days) as run:
         preflight()
-        return run.finish(run_luigi(args, [range_task], days))  # non-zero when a day of the range is missing
+        redone_at = heal.heal(days, say)
+        return run.finish(run_luigi(args, [range_task], days, redone_at))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
-    day = parse_day("DAY", args.day)
+    day = parse_ended_day("DAY", args.day)
     check_args(args)
 
     def set_aside() -> float | None:

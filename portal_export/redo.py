@@ -45,7 +45,7 @@ class Outcome:
 
     regions: list[str]
     finished_at: float | None = None
-    failed_at: float | None = None  # when the health that judged the day was written
+    failed_at: float | None = None  # when the day's regions were last written (None: no health judged it)
 
 
 def judged(
@@ -84,18 +84,23 @@ def set_aside(
     older_than_s: float = 0.0,
     complete_too: bool = False,
 ) -> Outcome:
-    """Set aside the unsolvable regions of the health that judged `day`, when that health is at
-    least `older_than_s` old by the store's clock: a record for the counters first, then each
+    """Set aside the unsolvable regions of the health that judged `day`, when the day failed at
+    least `older_than_s` ago by the store's clock: a record for the counters first, then each
     target copied beside itself (`keys.set_aside`, for the record) and removed, then the day's
-    files of a complete day. Safe to run on several hosts at once."""
+    files of a complete day. Safe to run on several hosts at once.
+
+    The day failed when its regions were last written, not when its health was: every run finds
+    the day missing and validates the same regions again, rewriting `failed.health.json`, so its
+    time would never grow older than the time between runs."""
     times, now = store.written(keys.region_dir(day))
     found = judged(store, day, times, complete_too)
     if found is None:
         return Outcome([])
     health, judged_at, was_complete = found
-    if now - judged_at < older_than_s:
-        return Outcome([], failed_at=judged_at)
     entries = health["regions"] if isinstance(health.get("regions"), dict) else {}
+    failed_at = max((times[k] for k in (keys.region(day, r) for r in entries) if k in times), default=judged_at)
+    if now - failed_at < older_than_s:
+        return Outcome([], failed_at=failed_at)
     unsolvable = [
         r
         for r in regions
@@ -104,7 +109,7 @@ def set_aside(
         and judged_by(store, keys.region(day, r), entries[r], times.get(keys.region(day, r)), judged_at)
     ]
     if not unsolvable:
-        return Outcome([], failed_at=judged_at)
+        return Outcome([], failed_at=failed_at)
     stamp = new_stamp()
     kept = {r: e for r, e in entries.items() if r not in unsolvable and was_complete}
     record = {"day": f"{day:%Y-%m-%d}", "was_complete": was_complete, "kept": kept}
@@ -118,7 +123,7 @@ def set_aside(
     if was_complete:  # rebuilt with the regions solved again
         for day_key in (keys.day_records(day), keys.day_health(day)):
             store.delete(day_key)
-    return Outcome(unsolvable, max(times[keys.region(day, r)] for r in unsolvable), judged_at)
+    return Outcome(unsolvable, max(times[keys.region(day, r)] for r in unsolvable), failed_at)
 
 
 # ---------------------------------------------------------------------------------- the counters
