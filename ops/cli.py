@@ -8,7 +8,6 @@ result becomes an exit code through luigi.cfg's [retcode] (ops/luigi_run.py).
 import argparse
 import datetime
 import hashlib
-import json
 import logging
 import os
 import re
@@ -27,6 +26,7 @@ import luigi.rpc
 import requests
 from luigi.tools.range import RangeDaily
 
+from portal_export import redo
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
@@ -38,7 +38,7 @@ from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
 from tasks.secrets import scrub
 
-from . import alerting, keeping, luigi_run, luigid, probe, steward, stopping, takeover
+from . import alerting, heal, keeping, luigi_run, luigid, probe, steward, stopping, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -56,7 +56,8 @@ def say(message: str) -> None:
     print(scrub(message), file=sys.stderr, flush=True)
 
 
-def parse_day(name: str, value: str | None) -> datetime.date:
+def parse_day(name: str, value: str | None, why: str = "") -> datetime.date:
+    """A date of at most today (UTC); `why` ends the message that refuses a later one."""
     if not value:
         raise UsageError(f"{name} is required, as YYYY-MM-DD")
     try:
@@ -65,8 +66,23 @@ def parse_day(name: str, value: str | None) -> datetime.date:
         day = datetime.date.fromisoformat(value)
     except ValueError:
         raise UsageError(f"{name}={value!r} is not a date: give YYYY-MM-DD") from None
-    if day > utc_today():
-        raise UsageError(f"{name}={value} is in the future")
+    today = utc_today()
+    if day > today:
+        raise UsageError(f"{name}={value} is in the future (today is {today} in UTC){why}")
+    return day
+
+
+def parse_ended_day(name: str, value: str | None) -> datetime.date:
+    """A day to export: one that has ended in UTC. Today's records are not final until it ends,
+    and a complete day is never exported again."""
+    day = parse_day(name, value)
+    today = utc_today()
+    if day >= today:
+        newest = today - datetime.timedelta(days=1)
+        raise UsageError(
+            f"{name}={value} has not ended yet in UTC (today is {today}): a day is exported once it has ended, "
+            f"the newest is {newest}"
+        )
     return day
 
 
@@ -134,6 +150,7 @@ def check_args(args: argparse.Namespace) -> None:
     config.regions()
     config.api_key()
     keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    heal.after_s()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 
@@ -350,9 +367,9 @@ def run_luigi(
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    day = parse_day("DAY", args.day)
+    day = parse_ended_day("DAY", args.day)
     check_args(args)
-    return export_day(args, day)
+    return export_day(args, day, lambda: heal.heal([day], say))
 
 
 def export_day(
@@ -373,14 +390,16 @@ def export_day(
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    start, stop = parse_day("START", args.start), parse_day("STOP", args.stop)
+    # STOP is exclusive: at most today, which the nightly `STOP=$(date -u +%F)` gives. A later one
+    # is refused rather than clipped: it names days that have not ended, which no run exports.
+    start = parse_day("START", args.start)
+    stop = parse_day("STOP", args.stop, ": STOP is exclusive, so at most today")
     if start >= stop:
         raise UsageError(f"START={start} must be before STOP={stop} (STOP is exclusive)")
     if args.task_limit is not None and args.task_limit < 1:
         raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
     check_args(args)
     today = utc_today()
-    stop = min(stop, today + datetime.timedelta(days=1))  # never a day in the future
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
     limit = args.task_limit or len(days)
     # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
@@ -396,34 +415,21 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     with alerting.RunAlert(args, days) as run:
         preflight()
-        return run.finish(run_luigi(args, [range_task], days))  # non-zero when a day of the range is missing
+        redone_at = heal.heal(days, say)
+        return run.finish(run_luigi(args, [range_task], days, redone_at))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
-    day = parse_day("DAY", args.day)
+    day = parse_ended_day("DAY", args.day)
     check_args(args)
 
     def set_aside() -> float | None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        store = targets.store()
-        written = store.written(targets.region_dir(day))[0]  # when each was written: the store's clock
-        redone_at = None
-        for region in config.regions():
-            key = targets.region_key(day, region)
-            data = store.read(key)
-            facts = json.loads(data) if data is not None else {}
-            if facts.get("status") == "unsolvable":
-                redone_at = max(redone_at or 0, written.get(key, 0.0))
-                store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
-                store.delete(key)
-                say(f"retry-unsolvable: {day} {region} will be solved again")
-        if redone_at is None:
+        done = redo.set_aside(targets.store(), day, config.regions(), complete_too=True)
+        for region in done.regions:
+            say(f"retry-unsolvable: {day} {region} will be solved again")
+        if not done.regions:
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
-        else:
-            # A day that passed with an unsolvable region is rebuilt with the region solved again.
-            for day_key in (targets.day_records_key(day), targets.day_health_key(day)):
-                store.delete(day_key)
-        return redone_at
+        return done.finished_at
 
     return export_day(args, day, set_aside)
 

@@ -68,6 +68,10 @@ class portal(luigi.Config):
         default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
     )
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
+    heal_after_hours = luigi.FloatParameter(
+        default=20.0,
+        description="a day that failed validation is solved again (its unsolvable regions) by the first run this long after",
+    )
     keep_state_days = luigi.FloatParameter(
         default=30.0,
         description="days the pipeline keeps its own state (shared state, failure records, luigid history) after last use",

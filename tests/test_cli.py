@@ -149,3 +149,11 @@ def test_report_reads_the_configured_data_dir(monkeypatch, luigi_cfg, tmp_path, 
     assert main(["report"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and str(data) in err
+
+
+@pytest.mark.parametrize("hours", ["-1", "nan"])
+def test_a_heal_after_hours_that_cannot_work_is_refused_in_one_line(hours, monkeypatch, luigi_cfg, capsys, no_network):
+    monkeypatch.setenv("CAPTCHAAI_API_KEY", TEST_KEY)
+    luigi_cfg("portal", "heal_after_hours", hours)
+    assert main(["export", "2026-09-01"]) == 2
+    assert capsys.readouterr().err == f"error: [portal] heal_after_hours = {float(hours)}: give 0 or more hours\n"

@@ -1,0 +1,43 @@
+"""Days that heal: before a run hands its days to Luigi, the days among them that failed validation
+at least `[portal] heal_after_hours` ago have their unsolvable regions set aside
+(`portal_export.redo`), so the run's `DayExport` solves those regions again and keeps the rest.
+
+It happens here, once at the run's start, rather than in a task's `complete()`: completeness stays
+"the output exists" (RangeDaily's comes from the day files' names alone, and luigid and every host
+agree on it), the run that heals is the first that *starts* that long after the failure, and each
+host that starts the same backfill does the same harmless thing: a region another host set aside,
+or is solving again, is not set aside twice (`redo.set_aside`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Sequence
+
+from portal_export import redo
+from tasks import config, targets
+
+HOUR_S = 3600.0
+
+
+def after_s() -> float:
+    """`[portal] heal_after_hours` in seconds; ConfigError for one that cannot work."""
+    hours = config.portal().heal_after_hours
+    if not hours >= 0:  # negative, or nan
+        raise config.ConfigError(f"[portal] heal_after_hours = {hours}: give 0 or more hours")
+    return hours * HOUR_S
+
+
+def heal(days: Sequence[datetime.date], say: Callable[[str], None]) -> float | None:
+    """Set aside the unsolvable regions of the days among `days` that are due to heal; returns when
+    the newest target it set aside had been written (the store's clock), None when it set none."""
+    wait = after_s()
+    store = targets.store()
+    missing = sorted(set(days) - set(targets.complete_days(list(days))))
+    newest = None
+    for day in missing:
+        done = redo.set_aside(store, day, config.regions(), older_than_s=wait)
+        if done.regions:
+            say(f"heal: {day} failed validation; solving {', '.join(done.regions)} again")
+            newest = max(newest or 0.0, done.finished_at or 0.0)
+    return newest
