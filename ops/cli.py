@@ -8,7 +8,6 @@ result becomes an exit code through luigi.cfg's [retcode] (ops/luigi_run.py).
 import argparse
 import datetime
 import hashlib
-import json
 import logging
 import os
 import re
@@ -26,6 +25,7 @@ import luigi.rpc
 import requests
 from luigi.tools.range import RangeDaily
 
+from portal_export import redo
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
@@ -402,26 +402,12 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
     check_args(args)
 
     def set_aside() -> float | None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        store = targets.store()
-        written = store.written(targets.region_dir(day))[0]  # when each was written: the store's clock
-        redone_at = None
-        for region in config.regions():
-            key = targets.region_key(day, region)
-            data = store.read(key)
-            facts = json.loads(data) if data is not None else {}
-            if facts.get("status") == "unsolvable":
-                redone_at = max(redone_at or 0, written.get(key, 0.0))
-                store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
-                store.delete(key)
-                say(f"retry-unsolvable: {day} {region} will be solved again")
-        if redone_at is None:
+        done = redo.set_aside(targets.store(), day, config.regions(), complete_too=True)
+        for region in done.regions:
+            say(f"retry-unsolvable: {day} {region} will be solved again")
+        if not done.regions:
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
-        else:
-            # A day that passed with an unsolvable region is rebuilt with the region solved again.
-            for day_key in (targets.day_records_key(day), targets.day_health_key(day)):
-                store.delete(day_key)
-        return redone_at
+        return done.finished_at
 
     return export_day(args, day, set_aside)
 

@@ -25,6 +25,8 @@ from portal_export.runs import ttl_s
 from portal_export.store import LocalStore, Store
 from tasks import config, targets
 
+from . import keeping
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9464  # the port Prometheus's exporter list gives OpenTelemetry's exporters; METRICS_PORT
@@ -38,12 +40,20 @@ def settings() -> Settings:
     days = config.portal().metrics_window_days
     if days < 1:
         raise config.ConfigError(f"[portal] metrics_window_days = {days}: give at least 1")
+    in_use = keeping.breakers_in_use()
     return Settings(
         configured_cap=config.configured_cap(),
         max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
         window_days=days,
         ttl_s=ttl_s(config.captchaai().plan_every_s),
+        breakers_in_use=None if in_use is None else frozenset(in_use),
     )
+
+
+KEY_UNKNOWN = (
+    "CAPTCHAAI_API_KEY is not set here: portal_export_breaker_open counts every breaker, an old key's too "
+    "(give the metrics server the runs' environment file)"
+)
 
 
 def data_store() -> Store:
@@ -60,7 +70,7 @@ class PortalExportCollector(Collector):
     """The `portal_export_*` families, computed at each scrape; one scrape at a time (the day cache is shared)."""
 
     def __init__(self, make: Callable[[], Metrics] | None = None) -> None:
-        self._make = make or (lambda: Metrics(data_store(), settings()))
+        self._make = make or configured
         self._metrics: Metrics | None = None
         self._lock = threading.Lock()
 
@@ -91,6 +101,15 @@ class PortalExportCollector(Collector):
             yield family
 
 
+def configured(warn: bool = True) -> Metrics:
+    """The metrics of the configured data dir; `warn`: log once that the key in use is not known
+    (luigid's collector; `make metrics-server` says so as it starts)."""
+    found = settings()
+    if warn and found.breakers_in_use is None:
+        log.warning("metrics: %s", KEY_UNKNOWN)
+    return Metrics(data_store(), found)
+
+
 def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, help, value=value)
 
@@ -98,7 +117,7 @@ def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
 def registry() -> CollectorRegistry:
     """A registry of the portal_export collector alone (no process or Python metrics of the server)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(PortalExportCollector())
+    reg.register(PortalExportCollector(lambda: configured(warn=False)))
     return reg
 
 
@@ -111,7 +130,7 @@ def parse_port(text: str) -> int:
 
 def serve(port: int, bind: str, say: Callable[[str], None], stop: threading.Event | None = None) -> int:
     """Serve GET /metrics on `bind`:`port` until SIGTERM or SIGINT (or `stop`); 0 then."""
-    settings()  # a bad [portal] metrics_window_days: said now, not at each scrape
+    known = settings().breakers_in_use is not None  # a bad [portal] metrics_window_days: said now, not at each scrape
     targets.check_store()  # a missing bucket or refused credentials: one line, before serving
     try:
         server, thread = start_wsgi_server(port, bind, registry())
@@ -121,6 +140,8 @@ def serve(port: int, bind: str, say: Callable[[str], None], stop: threading.Even
     host, bound = str(server.server_address[0]), server.server_address[1]
     shown = f"[{host}]" if ":" in host else host
     say(f"metrics: serving http://{shown}:{bound}/metrics from {targets.where()} (stop with Ctrl-C or SIGTERM)")
+    if not known:
+        say(f"warning: metrics: {KEY_UNKNOWN}")
     done = stop or threading.Event()
 
     def finish(signum: int, frame: FrameType | None) -> None:

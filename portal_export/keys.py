@@ -8,6 +8,7 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
     portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
     portal_records_YYYY-MM-DD.health.json         its health                } validated day
     regions/YYYY-MM-DD/<region>.json              a region's records and solve facts
+    regions/YYYY-MM-DD/<region>.json.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
     regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
     regions/YYYY-MM-DD/failures/region-<r>.json   failure records (`failures.py`)
     regions/YYYY-MM-DD/failures/day.json
@@ -24,6 +25,8 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
         cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
         governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
         alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_once.py`)
+        redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`):
+                                                      the counters' memory, kept for good
 """
 
 from __future__ import annotations
@@ -78,6 +81,11 @@ def failed_health(date: datetime.date) -> str:
     return f"{region_dir(date)}{FAILED_HEALTH}"
 
 
+def set_aside(date: datetime.date, name: str, stamp: str) -> str:
+    """An unsolvable region's target, set aside to be solved again: kept for the record."""
+    return f"{region(date, name)}.unsolvable-{stamp}"
+
+
 def failures_prefix(date: datetime.date) -> str:
     return f"{region_dir(date)}failures/"
 
@@ -103,6 +111,7 @@ PLAN_BUSY = f"{STATE}plan-busy.json"
 CAP_LOG = f"{STATE}cap-log/"
 GOVERNOR = f"{STATE}governor/"
 ALERTS = f"{STATE}alerts/"
+REDONE = f"{STATE}redone/"
 
 
 def breaker(fingerprint: str) -> str:
@@ -160,6 +169,21 @@ def cap_change_of(key: str) -> tuple[float, int, int, str] | None:
 def governor_lease(scheduler_key: str) -> str:
     """The folder of the cap's lease of one scheduler: a generation chain (`state.Chain`)."""
     return f"{GOVERNOR}{scheduler_key}/"
+
+
+def redone(date: datetime.date, stamp: str) -> str:
+    """What one redo of the day set aside (`redo.py`); the stamp starts with the time, so a day's sort by it."""
+    return f"{REDONE}{date:%Y-%m-%d}/{stamp}.json"
+
+
+def redone_of(key: str) -> datetime.date | None:
+    """The day of a redo's record (`redone`'s inverse); None when it is not one."""
+    if not key.startswith(REDONE) or not key.endswith(".json"):
+        return None
+    try:
+        return datetime.date.fromisoformat(key[len(REDONE) :].partition("/")[0])
+    except ValueError:
+        return None
 
 
 def alert_claims(fingerprint: str) -> str:

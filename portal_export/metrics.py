@@ -8,8 +8,9 @@ contract's ("Metrics"); no label holds a date, a key or a secret.
 A scrape's cost stays bounded however many years of days the store holds:
 - one listing of the day objects (S3 answers 1,000 names a page: a page per ~500 days) and one of
   `_state/`; a complete day's health never changes, so it is read once per process and kept (a few
-  numbers per day), as is its write time. (`retry-unsolvable` rebuilds a day: it deletes the day's
-  objects first, for as long as the solves take, and a scrape that finds the day gone forgets it);
+  numbers per day), as is its write time. A redo (`retry-unsolvable`, healing: `redo.py`) writes
+  its record under `_state/` before it deletes anything: a day with a new record, or found gone,
+  is read again. Each record is read once;
 - one listing per day of the window that is not complete (is its last run a failure?);
 - a GET of `cap.json` and of each run heartbeat that a solve in flight on another host belongs to.
 Nothing is written or deleted: a scrape never changes what runs see.
@@ -30,6 +31,7 @@ from typing import Any
 from . import keys
 from .gate import CapInForce
 from .inflight import InFlight
+from .redo import Attempt, Redone, Tally, attempts
 from .runs import MIN_TTL_S, Runs
 from .state import read_dict
 from .store import Store
@@ -46,6 +48,9 @@ class Settings:
     max_unsolvable_ratio: float  # [portal] max_unsolvable_ratio
     window_days: int = DEFAULT_WINDOW_DAYS  # [portal] metrics_window_days
     ttl_s: float = MIN_TTL_S  # a run's heartbeat older than this on another host: dead (runs.ttl_s)
+    # The breaker objects of the key and login in use (`keys.breaker`); None when the key in use is
+    # not known here: then every breaker counts, as a breaker of the key in use may be among them.
+    breakers_in_use: frozenset[str] | None = None
 
 
 @dataclass
@@ -71,6 +76,17 @@ class DayFacts:
     refused_tokens: int
     busy_waits: int
     transient_errors: Mapping[str, int]
+    attempts: frozenset[Attempt] = frozenset()
+
+    def tally(self) -> Tally:
+        return Tally(
+            self.solves,
+            self.unsolvable,
+            self.submits,
+            self.refused_tokens,
+            self.busy_waits,
+            Counter(self.transient_errors),
+        )
 
     @classmethod
     def of(cls, health: Mapping[str, Any] | None) -> DayFacts:
@@ -93,6 +109,7 @@ class DayFacts:
                 refused_tokens=int(h.get("refused_tokens", 0)),
                 busy_waits=int(h.get("busy_waits", 0)),
                 transient_errors=dict(errors),
+                attempts=frozenset(attempts(regions)) if isinstance(regions, dict) else frozenset(),
             )
         except (TypeError, ValueError):
             return cls(0, 0, 0.0, None, 0, 0, 0, 0, {})
@@ -111,6 +128,7 @@ class Metrics:
         self.clock = clock
         self._days: dict[datetime.date, DayFacts] = {}  # complete days: their health never changes
         self._written: dict[datetime.date, float | None] = {}
+        self._records: dict[str, Mapping[str, Any]] = {}  # redo records (`redo.py`): they never change
 
     # ------------------------------------------------------------------------------ reading
 
@@ -147,6 +165,43 @@ class Metrics:
             k == keys.failed_health(day) or k.startswith(failures) for k in self.store.list(keys.region_dir(day))
         )
 
+    def redone(self, state: Iterable[str]) -> dict[datetime.date, Redone]:
+        """The redo records of every day (`redo.py`), from the `_state/` listing; each read once. A
+        day with a record new since the last scrape was redone meanwhile: its facts are read again."""
+        by_day: dict[datetime.date, list[str]] = {}
+        for key in state:
+            d = keys.redone_of(key)
+            if d is not None:
+                by_day.setdefault(d, []).append(key)
+        found: dict[datetime.date, Redone] = {}
+        for d, names in by_day.items():
+            if any(k not in self._records for k in names):
+                self._days.pop(d, None)
+                self._written.pop(d, None)
+            for k in names:
+                if k not in self._records:
+                    self._records[k] = read_dict(self.store, k) or {}  # a garbled record counts nothing
+            found[d] = Redone([self._records[k] for k in sorted(names)])
+        return found
+
+    def counted(self, days: list[datetime.date], redone: Mapping[datetime.date, Redone]) -> Tally:
+        """What the counters hold: the complete days' health files, and what redoing days took out
+        of them (so no counter decreases when a day is exported again)."""
+        total = Tally()
+        for d in days:
+            total.add(self.facts(d).tally())
+        complete = set(days)
+        for d, records in redone.items():
+            extra = records.tally(self.facts(d).attempts if d in complete else None)
+            if extra is not None:
+                total.add(extra)
+        return total
+
+    def breaker_open(self, state: Iterable[str]) -> bool:
+        """A breaker refuses the key or login in use (any breaker, when the key in use is not known)."""
+        in_use = self.settings.breakers_in_use
+        return any(k.startswith(keys.BREAKERS) and (in_use is None or k in in_use) for k in state)
+
     def in_flight(self, state: Iterable[str]) -> int:
         """Live marks of solves in flight, over all hosts, judged as `InFlight` judges them (the runs
         listed once), deleting none."""
@@ -168,10 +223,7 @@ class Metrics:
         missing = [d for d in window if d not in complete]
         state = self.store.list(keys.STATE)
         cap_seen = CapInForce(self.store, Runs(self.store, s.ttl_s)).read() if keys.CAP in state else None
-        facts = [self.facts(d) for d in days]
-        errors: Counter[str] = Counter()
-        for f in facts:
-            errors.update(f.transient_errors)
+        counts = self.counted(days, self.redone(state))
 
         def gauge(name: str, help: str, value: float | None) -> Metric:
             return Metric(PREFIX + name, "gauge", help, [] if value is None else [({}, value)])
@@ -210,28 +262,21 @@ class Metrics:
             Metric(
                 PREFIX + "solves_total",
                 "counter",
-                "Solves recorded in the complete days' health files, by outcome.",
-                [
-                    ({"outcome": "solved"}, sum(f.solves for f in facts)),
-                    ({"outcome": "unsolvable"}, sum(f.unsolvable for f in facts)),
-                ],
+                "Solves recorded in the complete days' health files, by outcome (those of regions solved again included).",
+                [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)],
             ),
-            counter("submits_total", "CaptchaAI submits of the complete days.", sum(f.submits for f in facts)),
-            counter(
-                "refused_tokens_total",
-                "Tokens the portal refused in the complete days.",
-                sum(f.refused_tokens for f in facts),
-            ),
+            counter("submits_total", "CaptchaAI submits of the complete days.", counts.submits),
+            counter("refused_tokens_total", "Tokens the portal refused in the complete days.", counts.refused_tokens),
             counter(
                 "busy_waits_total",
                 "Submits refused for busy plan threads and waited out, in the complete days.",
-                sum(f.busy_waits for f in facts),
+                counts.busy_waits,
             ),
             Metric(
                 PREFIX + "transient_errors_total",
                 "counter",
                 "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
-                [({"code": code}, n) for code, n in sorted(errors.items())],
+                [({"code": code}, n) for code, n in sorted(counts.transient_errors.items())],
             ),
             gauge(
                 "last_day_unsolvable_ratio",
@@ -258,8 +303,8 @@ class Metrics:
             gauge("solves_in_flight", "The deployment's solves in flight now, over all hosts.", self.in_flight(state)),
             gauge(
                 "breaker_open",
-                "1 while a key or login breaker is open (make clear-breaker once fixed), else 0.",
-                int(any(k.startswith(keys.BREAKERS) for k in state)),
+                "1 while a breaker refuses the key or login in use (make clear-breaker once fixed), else 0.",
+                int(self.breaker_open(state)),
             ),
             gauge("state_objects", f"Objects under {keys.STATE}.", len(state)),
         ]

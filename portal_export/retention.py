@@ -2,7 +2,8 @@
 
 Everything under `_state/` and the failure records, by kind (`KINDS`, all spelled in `keys.py`).
 Outputs and region targets are never touched; neither is a live run's object (its heartbeat, its
-marks, the cap-log changes it noted) nor the breaker of a credential in use now.
+marks, the cap-log changes it noted), the breaker of a credential in use now, nor a redone day's
+record (the counters of `/metrics` hold it for good: one small object per redo).
 
 What may go, past `keep_s` since it was last written (its time in a listing: nothing is read):
 - cap-log changes, except the newest (the cap in force) and those of runs with a heartbeat;
@@ -54,8 +55,9 @@ RUNS = Kind("heartbeats", keys.RUNS)
 INFLIGHT = Kind("inflight-marks", keys.INFLIGHT)
 WAITING = Kind("waiting-marks", keys.WAITING)
 FAILURES = Kind("failure-records", keys.REGIONS)  # regions/<day>/failures/: listed by `make prune` only
+REDONE = Kind("redone-days", keys.REDONE)  # what redos took out of the counters (`redo.py`): kept for good
 OTHER = Kind("other-state", keys.STATE)  # cap.json, plan-poke.json, plan-busy.json: one each, kept
-KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, OTHER)
+KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, REDONE, OTHER)
 NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # runs' and marks' own listings remove dead ones at once
 # What a run's share costs at most besides its deletes: the live runs' listing, one per kind, two
 # for a hashed kind that wraps round.

@@ -268,15 +268,28 @@ def test_luigids_collector_counts_a_task_that_failed_before_it_ran():
     assert "portal_export_store_up 1.0" in text  # the data dir's metrics ride along
 
 
-def test_a_day_rebuilt_by_retry_unsolvable_is_read_again(store):
+def test_a_day_written_again_is_read_again(store):
+    """A day whose files went and came back (deleted by hand and exported again) is read anew. A redo
+    by retry-unsolvable or healing keeps its counters too: tests/test_redo.py."""
     complete(store, day(2), health(3, 1, rows=9))
     m = Metrics(store, SETTINGS, clock=lambda: NOW)
-    assert values(m.collect())["portal_export_solves_total{outcome=unsolvable}"] == 1
-    for key in (keys.day_records(day(2)), keys.day_health(day(2))):  # set aside while its region is solved again
+    assert values(m.collect())["portal_export_last_day_rows"] == 9
+    for key in (keys.day_records(day(2)), keys.day_health(day(2))):
         store.delete(key)
     assert values(m.collect())["portal_export_days_missing"] == 35
     complete(store, day(2), health(4, 0, rows=11))
     found = values(m.collect())
-    assert found["portal_export_solves_total{outcome=unsolvable}"] == 0
     assert found["portal_export_solves_total{outcome=solved}"] == 4
     assert found["portal_export_last_day_rows"] == 11
+
+
+def test_a_redo_between_two_scrapes_is_seen(store):
+    """retry-unsolvable may set a day aside and rebuild it between two scrapes: its record is new."""
+    from portal_export import redo
+
+    complete(store, day(2), health(3, 1, rows=9))
+    m = Metrics(store, SETTINGS, clock=lambda: NOW)
+    assert values(m.collect())["portal_export_last_day_rows"] == 9
+    write_json(store, keys.redone(day(2), redo.new_stamp()), {"was_complete": True, "kept": {}, "set_aside": {}})
+    complete(store, day(2), health(4, 0, rows=11))
+    assert values(m.collect())["portal_export_last_day_rows"] == 11

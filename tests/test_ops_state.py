@@ -75,6 +75,7 @@ def test_state_and_prune_on_a_local_data_dir(cli, tmp_path):
         "inflight-marks": 0,
         "waiting-marks": 0,
         "failure-records": 1,
+        "redone-days": 0,
         "other-state": 0,
         "luigid-history": 2,
     }, state.out

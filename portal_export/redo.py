@@ -1,0 +1,199 @@
+"""A day redone: its unsolvable regions set aside to be solved again, and the record that keeps
+what they counted.
+
+`make retry-unsolvable` (at once, also on a day that passed with an unsolvable region) and healing
+(a run that starts `[portal] heal_after_hours` after a day failed validation) share `set_aside`.
+It works from the health that judged the day (the day's health file, or `failed.health.json`):
+regions that delivered are never touched, and a region target written after that health (a redo
+already under way, on this host or another) is not its to judge. With its targets gone, the
+regions are incomplete to Luigi, and the next `DayExport` of the day solves them again.
+
+The counters of `/metrics` never decrease (contract, "Metrics"): what a redo takes out of the data
+dir is first written to a record under `_state/redone/` (`keys.redone`), which the metrics add to
+the complete days' health files (`Redone.tally`). A record holds the set-aside regions' entries of
+that health, and for a day that was complete the entries of the regions it keeps (they count while
+the day is rebuilt). An attempt is known by its region and CaptchaAI task ids, so a record written
+twice (two hosts healing the same day) or a set-aside that stopped half-way counts once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import secrets
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import keys
+from .state import read_dict, stamped
+from .store import Store, write_json
+
+Attempt = tuple[str, tuple[str, ...]]  # (region, CaptchaAI task ids): one attempt at a region
+
+
+def new_stamp(now: datetime.datetime | None = None) -> str:
+    """A redo's name: UTC time first (a day's records sort by it), then a random part no other host draws."""
+    at = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{at:%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `set_aside` did: the regions it set aside, and when the newest of their targets had been
+    written (the store's clock; None when none was set aside)."""
+
+    regions: list[str]
+    finished_at: float | None = None
+    failed_at: float | None = None  # when the health that judged the day was written
+
+
+def judged(
+    store: Store, day: datetime.date, times: Mapping[str, float], complete_too: bool
+) -> tuple[dict[str, Any], float, bool] | None:
+    """(the health that judged the day, when it was written, whether the day is complete); None when
+    no health judged it. `times`: the listing of the day's region folder. `complete_too`: a complete
+    day's own health counts (retry-unsolvable); otherwise only a failed validation's."""
+    if complete_too:
+        health = read_dict(store, keys.day_health(day))
+        written = store.modified(keys.day_health(day))
+        if health is not None and written is not None and store.exists(keys.day_records(day)):
+            return health, written, True
+    written = times.get(keys.failed_health(day))
+    health = None if written is None else read_dict(store, keys.failed_health(day))
+    return None if health is None or written is None else (health, written, False)
+
+
+def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float | None, judged_at: float) -> bool:
+    """The region target at `key` (written at `written`) is the attempt `entry` of the health written
+    at `judged_at`: older than that health, or of the same second (an object store's times are whole
+    seconds) with the same CaptchaAI task ids. A newer one is a redo under way, not that health's."""
+    if written is None or written > judged_at:
+        return False
+    if written < judged_at:
+        return True
+    found = read_dict(store, key) or {}
+    return bool(found.get("task_ids") == entry.get("task_ids"))
+
+
+def set_aside(
+    store: Store,
+    day: datetime.date,
+    regions: Sequence[str],
+    *,
+    older_than_s: float = 0.0,
+    complete_too: bool = False,
+) -> Outcome:
+    """Set aside the unsolvable regions of the health that judged `day`, when that health is at
+    least `older_than_s` old by the store's clock: a record for the counters first, then each
+    target copied beside itself (`keys.set_aside`, for the record) and removed, then the day's
+    files of a complete day. Safe to run on several hosts at once."""
+    times, now = store.written(keys.region_dir(day))
+    found = judged(store, day, times, complete_too)
+    if found is None:
+        return Outcome([])
+    health, judged_at, was_complete = found
+    if now - judged_at < older_than_s:
+        return Outcome([], failed_at=judged_at)
+    entries = health["regions"] if isinstance(health.get("regions"), dict) else {}
+    unsolvable = [
+        r
+        for r in regions
+        if isinstance(entries.get(r), dict)
+        and entries[r].get("status") == "unsolvable"
+        and judged_by(store, keys.region(day, r), entries[r], times.get(keys.region(day, r)), judged_at)
+    ]
+    if not unsolvable:
+        return Outcome([], failed_at=judged_at)
+    stamp = new_stamp()
+    kept = {r: e for r, e in entries.items() if r not in unsolvable and was_complete}
+    record = {"day": f"{day:%Y-%m-%d}", "was_complete": was_complete, "kept": kept}
+    write_json(store, keys.redone(day, stamp), stamped({**record, "set_aside": {r: entries[r] for r in unsolvable}}))
+    for region in unsolvable:
+        key = keys.region(day, region)
+        data = store.read(key)
+        if data is not None:
+            store.write(keys.set_aside(day, region, stamp), data)
+        store.delete(key)
+    if was_complete:  # rebuilt with the regions solved again
+        for day_key in (keys.day_records(day), keys.day_health(day)):
+            store.delete(day_key)
+    return Outcome(unsolvable, max(times[keys.region(day, r)] for r in unsolvable), judged_at)
+
+
+# ---------------------------------------------------------------------------------- the counters
+
+
+@dataclass
+class Tally:
+    """What the counters of `/metrics` add up for a set of attempts."""
+
+    solved: int = 0
+    unsolvable: int = 0
+    submits: int = 0
+    refused_tokens: int = 0
+    busy_waits: int = 0
+    transient_errors: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: Tally) -> None:
+        self.solved += other.solved
+        self.unsolvable += other.unsolvable
+        self.submits += other.submits
+        self.refused_tokens += other.refused_tokens
+        self.busy_waits += other.busy_waits
+        self.transient_errors.update(other.transient_errors)
+
+    @classmethod
+    def of_entries(cls, entries: Iterable[Mapping[str, Any]]) -> Tally:
+        """From regions' entries of a health record (garbled values count nothing)."""
+        t = cls()
+        for e in entries:
+            try:
+                t.add(
+                    cls(
+                        solved=int(e.get("status") == "ok"),
+                        unsolvable=int(e.get("status") == "unsolvable"),
+                        submits=len(e.get("task_ids") or ()),
+                        refused_tokens=int(e.get("refused_tokens") or 0),
+                        busy_waits=int(e.get("busy_waits") or 0),
+                        transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
+                    )
+                )
+            except (AttributeError, TypeError, ValueError):
+                continue
+        return t
+
+
+def attempts(entries: Mapping[str, Any]) -> dict[Attempt, Mapping[str, Any]]:
+    """A health's `regions` (or a record's part) by attempt."""
+    found: dict[Attempt, Mapping[str, Any]] = {}
+    for region, e in entries.items() if isinstance(entries, dict) else ():
+        if isinstance(e, dict):
+            found[(str(region), tuple(str(t) for t in e.get("task_ids") or ()))] = e
+    return found
+
+
+@dataclass(frozen=True)
+class Redone:
+    """A day's redo records, oldest first (each read once: a record never changes)."""
+
+    records: list[Mapping[str, Any]]
+
+    @property
+    def was_complete(self) -> bool:
+        return any(r.get("was_complete") is True for r in self.records)
+
+    def tally(self, held: Collection[Attempt] | None) -> Tally | None:
+        """What the records add to the day's counters: given the attempts of the complete day's
+        health (None while the day is not complete), those it does not hold; while the day is
+        rebuilt, also the regions its last complete state kept. None: the day never was complete,
+        and counts nothing yet."""
+        if held is None and not self.was_complete:
+            return None
+        seen: dict[Attempt, Mapping[str, Any]] = {}
+        if held is None:
+            last = [r for r in self.records if r.get("was_complete") is True][-1]
+            seen.update(attempts(last.get("kept") or {}))
+        for record in self.records:
+            seen.update(attempts(record.get("set_aside") or {}))
+        return Tally.of_entries(e for a, e in seen.items() if a not in (held or ()))
