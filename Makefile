@@ -193,6 +193,10 @@ bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker host
 bench-soak: $(VENV)/.installed ## 60 nights of make export in a row into one object store: state, requests and time per night stay flat (~10 min); also into bench/results.md
 	BENCH_COMMAND="make bench-soak" $(PY) -m bench --soak
 
+.PHONY: bench-timeline
+bench-timeline: $(VENV)/.installed ## the soak's 60 nights with a refused and rotated key, retry-unsolvable and a night not run, the metrics after each step into bench/timeline.json (the alert rules' timeline test; ~10 min)
+	$(PY) -m bench.timeline var/bench
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache

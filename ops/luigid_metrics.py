@@ -13,6 +13,8 @@ from typing import Any
 
 from luigi.contrib.prometheus_metric import PrometheusMetricsCollector
 
+import tasks
+
 from .metrics import PortalExportCollector
 
 
@@ -20,6 +22,17 @@ class LuigidMetrics(PrometheusMetricsCollector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.registry.register(PortalExportCollector())
+        # Each task family's counters exist at 0 from the start: `increase()` counts a family's first
+        # failure too (a counter that appears at 1 has not increased, for Prometheus).
+        if self.labels == ["family"]:
+            for counter in (
+                self.task_started_counter,
+                self.task_failed_counter,
+                self.task_disabled_counter,
+                self.task_done_counter,
+            ):
+                for family in tasks.__all__:
+                    counter.labels(family=family)
 
     # Luigi 3.8.1 sets the execution time of a failed or disabled task without the None check its
     # handle_task_done has: a task that fails before it ever ran (a dead worker's) would raise.

@@ -2,10 +2,12 @@
 while the real CLI backfills against the sandbox: three days, then a backfill over four in which
 one day fails validation. Queried through its HTTP API, the values are what the runs did: the days,
 the solves, the failing day, the cap the plan left, Luigi's own task counters, and the shipped rules
-evaluated on it (docs/monitoring.md)."""
+evaluated on it (docs/monitoring.md), and every query of the Grafana dashboard: each answers, the
+failures panel shows the failing day, and no panel counts the deployment twice for its two endpoints."""
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -18,7 +20,7 @@ from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
 from .conftest import polls
-from .test_ops_monitoring import RULES, serving
+from .test_ops_monitoring import MONITORING, RULES, serving
 
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
 WAIT_S = 60  # a value Prometheus must come to (each scrape is 1 s apart; this machine may be loaded)
@@ -77,9 +79,10 @@ class Prometheus:
             time.sleep(0.2)
         pytest.fail(f"prometheus: no {what} within {WAIT_S} s; log: {self.log.read_text()[-2000:]}")
 
-    def query(self, expr):
-        """{frozenset of labels (without __name__): value} of an instant query now."""
-        resp = requests.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
+    def query(self, expr, at=None):
+        """{frozenset of labels (without __name__): value} of an instant query now (or at Unix time `at`)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        resp = requests.get(f"{self.url}/api/v1/query", params=params, timeout=5)
         resp.raise_for_status()
         result = resp.json()["data"]["result"]
         return {
@@ -122,6 +125,28 @@ def prometheus(tmp_path):
     yield start
     for p in started:
         p.stop()
+
+
+# Grafana's own variables as a dashboard refreshed every 15 s over the last hour would fill them in
+GRAFANA = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600", "__range_ms": "3600000"}
+
+
+def dashboard_queries():
+    """(panel title, query) of every panel, the dashboard's variables substituted."""
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    own = {v["name"]: v.get("current", {}).get("value", "") for v in dashboard.get("templating", {}).get("list", ())}
+    values = {**own, **GRAFANA}
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            expr = re.sub(r"\$\{?(\w+)\}?", lambda m: values[m.group(1)], target["expr"])
+            out.append((panel["title"], expr))
+    return out
+
+
+def one_job(expr, job):
+    """`expr` as Prometheus would answer it if it scraped the deployment through `job` alone."""
+    return re.sub(r"\b(portal_export_\w+|luigi_task_\w+)\b(?![{\w])", rf'\1{{job="{job}"}}', expr)
 
 
 def both(value):
@@ -200,3 +225,29 @@ def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
     assert prom.comes_to("portal_export_cap_in_force", both(4)) == pytest.approx(both(4))
     others = 'count(ALERTS{alertname!~"PortalExportDays(Missing|Failed)"}) or vector(0)'
     assert prom.comes_to(others, {"": 0}) == {"": 0}, prom.query('ALERTS{alertname!~"PortalExportDays.*"}')
+
+    # the dashboard on these data: each query answers; the failures panel shows the failed day
+    queries = dashboard_queries()
+    failures = [e for title, e in queries if "luigi_task_failed_total" in e]
+    assert len(failures) == 1
+    by_family = {}
+
+    def shows_the_failed_day():
+        nonlocal by_family
+        by_family = {dict(labels)["family"]: value for labels, value in prom.query(failures[0]).items()}
+        return by_family.get("DayExport", 0) >= 0.8
+
+    prom.wait(shows_the_failed_day, "failed day on the failures panel")
+    assert by_family == pytest.approx({"DayExport": 1, "RegionExport": 0}, rel=0.2), failures[0]
+    at = time.time()
+    for title, expr in queries:
+        found = prom.query(expr, at)
+        assert found, (title, expr)
+        # no value changes when the deployment is scraped through both endpoints or one (the
+        # endpoints' scrapes fall at other instants: increase() over each differs by a few percent)
+        jobs = ["luigid"] if "luigi_task" in expr else ["portal-export", "luigid"]
+        for job in jobs:
+            alone = prom.query(one_job(expr, job), at)
+            assert alone.keys() == found.keys(), (title, expr, job)
+            for labels, value in found.items():
+                assert value == pytest.approx(alone[labels], rel=0.1, abs=1e-9), (title, expr, job, labels)
