@@ -8,7 +8,6 @@ result becomes an exit code through luigi.cfg's [retcode] (ops/luigi_run.py).
 import argparse
 import datetime
 import hashlib
-import json
 import logging
 import os
 import re
@@ -408,11 +407,10 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
         redone_at = None
         for region in config.regions():
             key = targets.region_key(day, region)
-            data = store.read(key)
-            facts = json.loads(data) if data is not None else {}
+            facts = targets.region_facts(day, region) or {}  # its first line: never a region's records
             if facts.get("status") == "unsolvable":
                 redone_at = max(redone_at or 0, written.get(key, 0.0))
-                store.write(f"{key}.unsolvable-{stamp}", data or b"")  # kept for the record
+                store.write(f"{key}.unsolvable-{stamp}", store.read(key) or b"")  # kept for the record
                 store.delete(key)
                 say(f"retry-unsolvable: {day} {region} will be solved again")
         if redone_at is None:

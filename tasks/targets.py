@@ -10,14 +10,20 @@ verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 
 import calendar
 import datetime
+import io
 import math
 import os
+import random
 import tempfile
 import time
+from typing import Any
 
 import luigi
+import luigi.format
+import luigi.local_target
 
 from portal_export import keys
+from portal_export.region_file import read_facts
 from portal_export.store import LocalStore, Store
 
 from . import config
@@ -85,14 +91,53 @@ def where() -> str:
     return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
 
 
+class HiddenAtomicFile(luigi.local_target.atomic_file):
+    """Luigi's atomic file, its temporary name a dot file: a listing of the data dir never shows
+    what a killed run left half written (as the store's own temporary files)."""
+
+    def generate_tmp_path(self, path: str) -> str:
+        head, name = os.path.split(path)
+        return os.path.join(head, f".{name}-luigi-tmp-{random.randrange(10**10):010d}")
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        io.BufferedWriter.close(self)  # an exception inside `with`: no file, no temporary file
+        os.unlink(self.tmp_path)
+
+
+class DataFile(luigi.LocalTarget):
+    """A file of a local data dir, read and written as bytes; `open("w")` writes it atomically."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, format=luigi.format.Nop)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
+
+    def open(self, mode: str = "r") -> Any:
+        if mode.replace("b", "") == "w":
+            self.makedirs()
+            return HiddenAtomicFile(self.path)
+        return super().open(mode)  # type: ignore[no-untyped-call]
+
+
 def target(key: str) -> luigi.target.FileSystemTarget:
-    """The Luigi target of a key: an S3Target on the store's own client, or a LocalTarget."""
+    """The Luigi target of a key, the one way the tasks read and write their outputs: a DataFile, or
+    an ObjectTarget on the store's own client (its retries, errors and request counts)."""
     s = store()
     if isinstance(s, LocalStore):
-        return luigi.LocalTarget(s.location(key))
-    from luigi.contrib.s3 import S3Target
+        return DataFile(s.location(key))
+    from .s3store import ObjectTarget
 
-    return S3Target(s.location(key), client=s.client)  # type: ignore[attr-defined]  # S3Store's
+    return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
+
+
+def region_facts(date: datetime.date, region: str) -> dict[str, Any] | None:
+    """A region target's solve facts (its first line, the records left unread); None without one."""
+    try:
+        with target(keys.region(date, region)).open("r") as f:
+            return read_facts(f)
+    except FileNotFoundError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------- keys

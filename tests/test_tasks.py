@@ -12,7 +12,7 @@ from portal_export.captchaai import Solve
 from portal_export.errors import UnsolvableError
 from tasks import DayExport, RegionExport
 
-from .conftest import TEST_KEY
+from .conftest import TEST_KEY, read_region
 
 DAY = datetime.date(2026, 9, 1)
 PORTAL = "http://portal.test"
@@ -163,8 +163,8 @@ def test_region_target_is_written_when_unsolvable(env, data_dir):
         portal_mock(rs)
         result = build(FakeRegionExport(date=DAY, region="north"))
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    facts = json.loads((data_dir / "regions" / str(DAY) / "north.json").read_text())
-    assert facts["status"] == "unsolvable" and facts["records"] == [] and len(facts["task_ids"]) == 2
+    facts, records = read_region(data_dir / "regions" / str(DAY) / "north.jsonl")
+    assert facts["status"] == "unsolvable" and records == [] and len(facts["task_ids"]) == 2
 
 
 def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_dir):
