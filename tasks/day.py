@@ -33,9 +33,6 @@ class DayExport(PortalTask):
             "health": targets.target(targets.day_health_key(self.date)),
         }
 
-    def complete(self) -> bool:
-        return targets.day_complete(self.date)
-
     @classmethod
     def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:
         """RangeDaily's completeness check: one listing of the day objects for the whole range.

@@ -237,7 +237,7 @@ class S3Store:
             lambda: self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data), f"writing {key}"
         )
 
-    def put_file(self, key: str, f: io.BufferedRandom) -> None:
+    def put_file(self, key: str, f: io.BufferedReader) -> None:
         """One PutObject of the file's bytes, streamed from it (sent whole again on a retry)."""
 
         def put() -> None:
@@ -380,21 +380,22 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key = store, key
         super().__init__(store.location(key))  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
+        self.spooled = open(self.tmp_path, "rb")  # noqa: SIM115 (closed by close or __exit__)
         os.unlink(self.tmp_path)
 
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if exc_type is not None:
-            io.BufferedWriter.close(self)  # the spooled bytes go with the file, unsent
+        if exc_type is None:
+            self.close()
             return
-        self.close()
+        io.BufferedWriter.close(self)  # the spooled bytes go with the file, unsent
+        self.spooled.close()
 
     def close(self) -> None:
         if self.closed:
             return
-        self.flush()
-        with os.fdopen(os.dup(self.fileno()), "rb") as spooled:
-            io.BufferedWriter.close(self)
-            self.store.put_file(self.key, spooled)  # type: ignore[arg-type]  # a seekable binary file
+        io.BufferedWriter.close(self)
+        with self.spooled:
+            self.store.put_file(self.key, self.spooled)
 
 
 class ObjectTarget(luigi.contrib.s3.S3Target):

@@ -8,14 +8,11 @@ solves in flight and regions that wait, the cap in force, the cap's lease, the c
 verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 """
 
-import calendar
 import datetime
 import io
-import math
 import os
 import random
 import tempfile
-import time
 from typing import Any
 
 import luigi
@@ -152,29 +149,6 @@ failed_health_key = keys.failed_health
 failures_prefix = keys.failures_prefix
 region_failure_key = keys.region_failure
 day_failure_key = keys.day_failure
-
-
-# How long a listing that showed a day complete answers for it: the checks that follow one another
-# (Luigi's of each day of a range when RangeDaily's run ends, the run's own at its end) take one
-# listing per month instead of two requests per day. Only "complete" is kept, and only briefly: no
-# check is ever answered "missing" from memory, and a day set aside (retry-unsolvable) is set aside
-# before its run checks it.
-DAY_SEEN_S = 2.0
-_days_seen: dict[tuple[str, datetime.date], float] = {}
-
-
-def day_complete(date: datetime.date) -> bool:
-    """Whether the day's two objects exist (DayExport.complete). On a disk, two looks at the files;
-    in an object store, one listing of the day's month, remembered for DAY_SEEN_S."""
-    if not is_remote(config.data_dir_text()):
-        return all(store().exists(k) for k in (day_records_key(date), day_health_key(date)))
-    where, now = config.data_dir_text(), time.monotonic()
-    if now - _days_seen.get((where, date), -math.inf) < DAY_SEEN_S:
-        return True
-    month = [date.replace(day=d) for d in range(1, calendar.monthrange(date.year, date.month)[1] + 1)]
-    found = complete_days(month)
-    _days_seen.update(((where, d), now) for d in found)
-    return date in found
 
 
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:

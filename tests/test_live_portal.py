@@ -150,8 +150,8 @@ def test_five_regions_with_dash_and_underscore_in_names(live, fast_cfg, cli, dat
     assert run.code == 0, run
     assert lines_of(data_dir) == expected_lines(live, regions)
     assert list(health(data_dir)["regions"]) == regions
-    assert sorted(p.name for p in (data_dir / "regions" / str(DAY)).glob("*.json")) == sorted(
-        f"{r}.json" for r in regions
+    assert sorted(p.name for p in (data_dir / "regions" / str(DAY)).glob("*.jsonl")) == sorted(
+        f"{r}.jsonl" for r in regions
     )
 
 
