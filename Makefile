@@ -193,6 +193,10 @@ bench-fleet: $(VENV)/.installed ## the cap-14 backfill on 1, 2 and 3 worker host
 bench-soak: $(VENV)/.installed ## 60 nights of make export in a row into one object store: state, requests and time per night stay flat (~10 min); also into bench/results.md
 	BENCH_COMMAND="make bench-soak" $(PY) -m bench --soak
 
+.PHONY: bench-big
+bench-big: $(VENV)/.installed ## a day whose regions answer 1 GB of JSON and 500 MB of CSV: time beside the standard library's parse, peak RSS of each process (~5 min); also into bench/results.md
+	BENCH_COMMAND="make bench-big" $(PY) -m bench --big
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache

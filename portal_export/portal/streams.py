@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from json.encoder import encode_basestring
 from json.scanner import make_scanner
-from typing import Any
+from typing import Any, cast
 
 from ..errors import PermanentError
 
@@ -95,16 +95,29 @@ class JSONReader:
             return obj
 
     def items(self) -> Iterator[str]:
-        """After a list's "[": each record's line, to its "]"."""
+        """After a list's "[": each record's line, to its "]". The loop of a whole answer: a record
+        and the separator after it are read in one step while both are in the buffer."""
         if self.peek() == "]":
             self.pos += 1
             return
+        scan, encode = self.scan, encode_record
+        skip = cast(Callable[[str, int], re.Match[str]], _WHITESPACE.match)  # [ \t\n\r]* always matches
         while True:
-            record = self.value()
+            buf = self.buf
+            try:
+                record, end = scan(buf, skip(buf, self.pos).end())
+                after = skip(buf, end).end()
+                separator = buf[after]  # an IndexError when the buffer ends first
+            except (StopIteration, ValueError, IndexError):
+                record, separator = self.value(), ""  # across the buffer's end
+            else:
+                self.pos = after + 1
+                if separator not in ",]":
+                    raise self.bad(f"malformed JSON (expected one of ',]' at {separator!r})")
             if not isinstance(record, dict):
                 raise self.bad(_NOT_RECORDS)
-            yield encode_record(record)
-            if self.take(",]") == "]":
+            yield encode(record)
+            if (separator or self.take(",]")) == "]":
                 return
 
     def records(self) -> Iterator[str]:
