@@ -152,7 +152,7 @@ def assert_failed_once_with(central, run, data_dir, d, code, regions=REGIONS):
     failures = [line for line in run.err.splitlines() if " failed    RegionExport(" in line]
     assert len(failures) == len(regions), failures
     assert run.err.count(f"Error: {code}: ") >= len(regions)  # "...KeyLevelError: IP_BANNED: ..." per traceback
-    assert not (data_dir / "regions" / str(d)).exists() or not list((data_dir / "regions" / str(d)).glob("*.json"))
+    assert not (data_dir / "regions" / str(d)).exists() or not list((data_dir / "regions" / str(d)).glob("*.jsonl"))
     assert day_files(data_dir, d) == []
 
 

@@ -201,7 +201,7 @@ def test_a_login_refused_inside_the_tasks_stops_every_region_after_the_first(liv
     assert result.status != luigi.execution_summary.LuigiStatusCode.SUCCESS
     assert live.stats()["logins"] == {"refused-credentials": 1}
     assert captchaai_requests(live) == 0
-    assert not list((data_dir / "regions").glob("*/*.json"))
+    assert not list((data_dir / "regions").glob("*/*.jsonl"))
     assert leaked(data_dir, WRONG_PASSWORD) == []
 
 

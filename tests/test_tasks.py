@@ -176,7 +176,7 @@ def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_di
     assert result.status == luigi.execution_summary.LuigiStatusCode.FAILED
     assert len(gets) == 4  # one page per region, no retry
     assert SOLVER.solved == []
-    assert not (data_dir / "regions" / str(DAY)).exists() or not list((data_dir / "regions" / str(DAY)).glob("*.json"))
+    assert not (data_dir / "regions" / str(DAY)).exists() or not list((data_dir / "regions" / str(DAY)).glob("*.jsonl"))
 
 
 @pytest.mark.parametrize("bad", ["a/b", "../x", "mid dle", ""])
