@@ -254,9 +254,9 @@ def export_once(
                 on_repost(err.code)
             resp = _submit(s, form, post.data(token), f"form post of {what}, sent again", http_timeout_s, stream=True)
         del token  # single use: nothing of it outlives the post
-        if resp.status_code >= 400:
-            if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
-                solver.report_bad(task_id)
-            raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
-        with resp:
+        with resp:  # streamed: its connection goes back to the pool once read or refused
+            if resp.status_code >= 400:
+                if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
+                    solver.report_bad(task_id)
+                raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
             return Delivery(sink(read_answer(resp, f"the form post of {what}")), task_id, seconds)
