@@ -197,6 +197,10 @@ bench-soak: $(VENV)/.installed ## 60 nights of make export in a row into one obj
 bench-timeline: $(VENV)/.installed ## the soak's 60 nights with a refused and rotated key, retry-unsolvable and a night not run, the metrics after each step into bench/timeline.json (the alert rules' timeline test; ~10 min)
 	$(PY) -m bench.timeline var/bench
 
+.PHONY: bench-big
+bench-big: $(VENV)/.installed ## a day whose regions answer 1 GB of JSON and 500 MB of CSV: time beside the standard library's parse, peak RSS of each process (~5 min); also into bench/results.md
+	BENCH_COMMAND="make bench-big" $(PY) -m bench --big
+
 .PHONY: clean
 clean: ## remove the venv and build leftovers (never data/ or var/)
 	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache

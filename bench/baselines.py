@@ -31,6 +31,11 @@ from . import config
 ATTEMPTS = 4  # luigi.cfg [portal] attempts: per region in (a), per step in (b)
 
 
+def count(lines):
+    """The baselines' sink: the records are read and counted, not kept."""
+    return sum(1 for _ in lines)
+
+
 def make_solver(api_base, key):
     return CaptchaAI(
         key, api_base, timeout_s=config.TIMEOUT_S, first_poll_s=config.FIRST_POLL_S, poll_every_s=config.POLL_EVERY_S
@@ -48,6 +53,7 @@ def sequential(days, portal_url, api_base, key):
                     region,
                     portal_url,
                     solver,
+                    sink=count,
                     attempts=ATTEMPTS,
                     retry_base_s=config.RETRY_BASE_S,
                     retry_jitter_s=config.RETRY_JITTER_S,
@@ -63,7 +69,7 @@ def sequential(days, portal_url, api_base, key):
 def _region_once(day, region, portal_url, api_base, key):
     """One pass at a region inside a step: no retry of its own (an unsolvable task still gets the
     core's one resubmission). Each thread has its own client, as each step process had."""
-    return export_region(day, region, portal_url, make_solver(api_base, key), attempts=1)
+    return export_region(day, region, portal_url, make_solver(api_base, key), sink=count, attempts=1)
 
 
 def _step(day, portal_url, api_base, key, rng):

@@ -10,6 +10,7 @@ one forked process per running task) for CPU and memory.
 
 import contextlib
 import datetime
+import io
 import json
 import os
 import shutil
@@ -22,8 +23,10 @@ from pathlib import Path
 
 import psutil
 
+from portal_export import keys
 from portal_export.caplog import CapLog
-from portal_export.store import LocalStore, read_json
+from portal_export.region_file import read_facts
+from portal_export.store import LocalStore
 from sandbox import SANDBOX_KEY, Sandbox
 from sandbox.luigid import ForegroundLuigid
 from sandbox.seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
@@ -101,7 +104,8 @@ def region_outcomes(store, days, regions):
     delivered = {}
     for day in days:
         for region in regions:
-            facts = read_json(store, f"regions/{day:%Y-%m-%d}/{region}.json")
+            data = store.read(keys.region(day, region))
+            facts = read_facts(io.BytesIO(data)) if data is not None else None
             if facts is not None and facts["status"] == "ok":
                 delivered[f"{day}/{region}"] = facts["task_ids"][-1]
     return delivered

@@ -19,8 +19,7 @@ import tenacity
 
 from .errors import TokenRefused, TransientError, UnsolvableError
 from .portal import Login, export_once
-from .portal.answers import Record
-from .portal.session import Solver
+from .portal.session import Sink, Solver
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ class RegionOutcome:
     day: str
     region: str
     status: str = "ok"  # or "unsolvable"
-    records: list[Record] = field(default_factory=list)
+    rows: int = 0  # records delivered (to the sink)
     task_ids: list[str] = field(default_factory=list)  # every CaptchaAI task submitted, in order
     solve_seconds: float | None = None  # of the delivering solve
     attempts: int = 0  # fresh pages loaded
@@ -40,7 +39,7 @@ class RegionOutcome:
     reposted_posts: list[str] = field(default_factory=list)  # gateway errors on the form post, token posted again
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rows": len(self.records)}
+        return asdict(self)
 
 
 def backoff(base_s: float, jitter_s: float, rng: Any = random) -> Callable[[tenacity.RetryCallState], float]:
@@ -59,6 +58,7 @@ def export_region(
     base_url: str,
     solver: Solver,
     *,
+    sink: Sink,
     attempts: int = 4,
     retry_base_s: float = 10.0,
     retry_jitter_s: float = 10.0,
@@ -69,7 +69,9 @@ def export_region(
     on_attempt: Callable[[int], object] | None = None,
     on_poll: Callable[[str, int, float], object] | None = None,
 ) -> RegionOutcome:
-    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises.
+    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises. The
+    delivering attempt's records go to `sink` (an attempt that fails while they are read leaves
+    them partly there: the next one's sink call starts afresh).
 
     A login refused is permanent like every other error that is no TransientError.
     """
@@ -88,6 +90,7 @@ def export_region(
                     region,
                     base_url,
                     solver,
+                    sink=sink,
                     http_timeout_s=http_timeout_s,
                     login=login,
                     on_task=out.task_ids.append,
@@ -111,7 +114,7 @@ def export_region(
                 out.transient_errors.append(err.code)
                 out.refused_tokens += isinstance(err, TokenRefused)
                 raise
-            out.records, out.solve_seconds = delivery.records, delivery.solve_seconds
+            out.rows, out.solve_seconds = delivery.rows, delivery.solve_seconds
             return out
 
     def before_sleep(state: tenacity.RetryCallState) -> None:

@@ -73,7 +73,8 @@ def region_dir(date: datetime.date) -> str:
 
 
 def region(date: datetime.date, name: str) -> str:
-    return f"{region_dir(date)}{name}.json"
+    """A region's target: its facts, then its records, a line each (portal_export/region_file.py)."""
+    return f"{region_dir(date)}{name}.jsonl"
 
 
 def failed_health(date: datetime.date) -> str:

@@ -19,6 +19,7 @@ twice (two hosts healing the same day) or a set-aside that stopped half-way coun
 from __future__ import annotations
 
 import datetime
+import io
 import secrets
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
+from .errors import PermanentError
+from .region_file import read_facts
 from .state import read_dict, stamped
 from .store import Store, write_json
 
@@ -72,7 +75,10 @@ def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float |
         return False
     if written < judged_at:
         return True
-    found = read_dict(store, key) or {}
+    try:  # the target's facts line, never its records
+        found = read_facts(io.BytesIO(store.read(key) or b""))
+    except PermanentError:
+        return False
     return bool(found.get("task_ids") == entry.get("task_ids"))
 
 

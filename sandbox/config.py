@@ -75,6 +75,7 @@ class SandboxConfig:
     ban_s: float = 300.0
     faults: dict = field(default_factory=dict)  # endpoint -> FaultPlan
     records_per_region: tuple = (3, 12)
+    answer_bytes: dict = field(default_factory=dict)  # region -> size: an answer that big, made as it is sent
     valid_keys: frozenset = frozenset({SANDBOX_KEY})
     no_plan_keys: frozenset = frozenset({NO_PLAN_KEY})
     balance: float = 12.345

@@ -18,6 +18,7 @@ from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
 from . import portal_pages as pages
+from .big_answers import BigAnswer
 from .faults import ResetConnection, html_error
 from .portal_data import REGION_NAME, csv_body, expected_csv_records, expected_records, parse_day, sitekey_for
 from .state import SandboxState
@@ -137,6 +138,9 @@ class PortalApp:
         if reason:
             return _error(403, reason)
         cfg = self.state.cfg
+        if cfg.answer_bytes.get(region):
+            big = BigAnswer(day, region, cfg.answer_bytes[region], as_csv="csv" in variants)
+            return Response(big.chunks(), content_type=big.content_type, direct_passthrough=True)
         if {"csv", "csv-attachment"} & variants:
             body = csv_body(expected_csv_records(day, region, cfg.records_per_region))
             if "csv" in variants:

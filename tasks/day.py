@@ -4,14 +4,13 @@ import datetime
 import json
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import luigi
 
 from portal_export.caplog import CapLog, seconds_below
-from portal_export.health import day_health, validate
-from portal_export.store import read_json
+from portal_export.health import DayHealth, day_health, validate
+from portal_export.region_file import copy_records, read_facts
 
 from . import config, targets
 from .base import PortalTask
@@ -34,9 +33,6 @@ class DayExport(PortalTask):
             "health": targets.target(targets.day_health_key(self.date)),
         }
 
-    def complete(self) -> bool:
-        return targets.day_complete(self.date)
-
     @classmethod
     def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:
         """RangeDaily's completeness check: one listing of the day objects for the whole range.
@@ -54,39 +50,37 @@ class DayExport(PortalTask):
 
     def work(self) -> None:
         regions = config.regions()
-        store = targets.store()
-        # The regions' objects at once: one round trip to an object store, not one per region.
-        with ThreadPoolExecutor(len(regions)) as pool:
-            read = pool.map(lambda region: read_json(store, targets.region_key(self.date, region)), regions)
-            facts: dict[str, dict[str, Any]] = dict(zip(regions, read, strict=True))
-        self.progress(50)
-        # Time under a lowered cap, from one listing of the cap log's window: each region's while it ran
-        # (counted here, off the regions' CaptchaAI slots), and the day's from the start of the run
-        # that completes it (its regions waiting for a slot included).
+        facts: dict[str, dict[str, Any]] = {}
+        # The records file streams the regions' record lines in; it is made only when the day passes.
+        with self.output()["records"].open("w") as records:
+            for region, target in self.input().items():
+                with target.open("r") as f:
+                    facts[region] = read_facts(f)
+                    copy_records(f, records, facts[region]["rows"], f"region target {target.path}")
+            self.progress(50)
+            health = self.health(regions, facts)
+            try:
+                validate(health, config.portal().max_unsolvable_ratio)
+            except Exception:
+                with targets.target(targets.failed_health_key(self.date)).open("w") as failed:
+                    failed.write(json.dumps(health, indent=2).encode())
+                raise
+        # The day is complete once both exist: a run killed between the two writes both again.
+        with self.output()["health"].open("w") as out:
+            out.write(json.dumps(health, indent=2).encode())
+        targets.store().delete(targets.failed_health_key(self.date))
+        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
+        self.progress(100)
+
+    def health(self, regions: list[str], facts: dict[str, dict[str, Any]]) -> DayHealth:
+        """The day's health. Time under a lowered cap, from one listing of the cap log's window: each
+        region's while it ran (counted here, off the regions' CaptchaAI slots), and the day's from the
+        start of the run that completes it (its regions waiting for a slot included)."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
         started = config.run_started() or min(starts, default=time.time())
-        changes = CapLog(store).changes(min([started, *starts]))  # the windows' part of the log only
+        changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
         below = seconds_below(changes, started, time.time())
-        health = day_health(self.date, regions, facts, below)
-        try:
-            validate(health, config.portal().max_unsolvable_ratio)
-        except Exception:
-            store.write(targets.failed_health_key(self.date), json.dumps(health, indent=2).encode())
-            raise
-        records = "".join(
-            json.dumps(r, ensure_ascii=False) + "\n" for region in regions for r in facts[region]["records"]
-        )
-        # Each object whole (one write each); the day is complete once both exist, in either order.
-        with ThreadPoolExecutor(3) as pool:
-            done = [
-                pool.submit(store.delete, targets.failed_health_key(self.date)),
-                pool.submit(store.write, targets.day_records_key(self.date), records.encode()),
-                pool.submit(store.write, targets.day_health_key(self.date), json.dumps(health, indent=2).encode()),
-            ]
-        for future in done:
-            future.result()  # a failed write fails the day
-        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
-        self.progress(100)
+        return day_health(self.date, regions, facts, below)

@@ -10,7 +10,7 @@ from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
 from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
-from portal_export.store import write_json
+from portal_export.region_file import Spool
 
 from . import config, targets
 from .base import PortalTask
@@ -62,14 +62,6 @@ class RegionExport(PortalTask):
     def output(self) -> luigi.target.FileSystemTarget:
         return targets.target(targets.region_key(self.date, self.region))
 
-    def complete(self) -> bool:
-        """Luigi's check right after run() (check_complete_on_run) is answered by the run's own whole
-        write of the target, which raised if it failed: a store request less on the slot between two
-        solves. Every other check asks the store."""
-        if self.__dict__.pop("_written", False):
-            return True
-        return bool(super().complete())  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
-
     def failure_key(self) -> str:
         return targets.region_failure_key(self.date, self.region)
 
@@ -101,29 +93,30 @@ class RegionExport(PortalTask):
 
         p = config.portal()
         solver = self.make_solver()
-        outcome = export_region(
-            self.date,
-            self.region,
-            config.portal_base_url(),
-            solver,
-            attempts=p.attempts,
-            retry_base_s=p.retry_base_s,
-            retry_jitter_s=p.retry_jitter_s,
-            http_timeout_s=config.captchaai().http_timeout_s,
-            login=portal_login(),
-            sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
-            on_attempt=on_attempt,
-            on_poll=on_poll,
-        )
-        facts = outcome.to_dict()
-        ended = time.time()
-        facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
-        facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
-        facts["started_at"], facts["ended_at"] = started, ended
-        # One whole write, retried through a store outage within [portal] store_retry_s: the
-        # records of a token the portal accepted are not thrown away for a store that blinked.
-        write_json(targets.store(), targets.region_key(self.date, self.region), facts)
-        self._written = True
+        with Spool() as spool:  # the answer's records, until the facts that go before them are known
+            outcome = export_region(
+                self.date,
+                self.region,
+                config.portal_base_url(),
+                solver,
+                sink=spool.fill,
+                attempts=p.attempts,
+                retry_base_s=p.retry_base_s,
+                retry_jitter_s=p.retry_jitter_s,
+                http_timeout_s=config.captchaai().http_timeout_s,
+                login=portal_login(),
+                sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
+                on_attempt=on_attempt,
+                on_poll=on_poll,
+            )
+            facts = outcome.to_dict()
+            facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
+            facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
+            facts["started_at"], facts["ended_at"] = started, time.time()
+            # One whole write, retried through a store outage within [portal] store_retry_s: the
+            # records of a token the portal accepted are not thrown away for a store that blinked.
+            with self.output().open("w") as out:
+                spool.write_to(out, facts)
         log.info(
             "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
             self.date,

@@ -18,6 +18,7 @@ other error is mapped to a `StoreError` naming the store and the cause in one li
 from __future__ import annotations
 
 import email.utils
+import io
 import logging
 import os
 import re
@@ -30,6 +31,8 @@ from urllib.parse import urlsplit
 import botocore.config
 import botocore.exceptions
 import luigi.contrib.s3
+import luigi.format
+import luigi.target
 import tenacity
 from urllib3 import PoolManager
 
@@ -234,6 +237,30 @@ class S3Store:
             lambda: self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data), f"writing {key}"
         )
 
+    def put_file(self, key: str, f: io.BufferedReader) -> None:
+        """One PutObject of the file's bytes, streamed from it (sent whole again on a retry)."""
+
+        def put() -> None:
+            f.seek(0)
+            self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=f)
+
+        self._retry(put, f"writing {key}")
+
+    def body(self, key: str, start: int = 0) -> Any:
+        """The object's bytes from `start` on, as a stream (botocore's StreamingBody); FileNotFoundError
+        when there is none (as a missing file's)."""
+
+        def get() -> Any:
+            extra = {"Range": f"bytes={start}-"} if start else {}
+            try:
+                return self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key, **extra)["Body"]
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in MISSING:
+                    raise FileNotFoundError(f"store {self.url}: no object {key}") from None
+                raise
+
+        return self._retry(get, f"reading {key}")
+
     def create(self, key: str, data: bytes) -> bool:
         def put() -> bool:
             try:
@@ -310,6 +337,81 @@ class S3Store:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
             raise self.error(err, "checking the bucket") from None
+
+
+class ObjectReader(io.RawIOBase):
+    """An object read as a stream; an outage while reading resumes where it broke off (a ranged GET),
+    within the store's retry bound."""
+
+    def __init__(self, store: S3Store, key: str) -> None:
+        self.store, self.key, self.offset = store, key, 0
+        self.stream = store.body(key)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        def read() -> int:
+            if self.stream is None:
+                self.stream = self.store.body(self.key, self.offset)
+            try:
+                data = self.stream.read(len(buffer))
+            except (botocore.exceptions.BotoCoreError, OSError):
+                self.stream = None  # read again from here
+                raise botocore.exceptions.ConnectionError(error=f"reading {self.key} broke off") from None
+            buffer[: len(data)] = data
+            return len(data)
+
+        n = self.store._retry(read, f"reading {self.key}")
+        self.offset += n
+        return n
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+        super().close()
+
+
+class ObjectWriter(luigi.target.AtomicLocalFile):
+    """Bytes for an object, spooled to a local file that has no name (nothing is left behind when the
+    process is killed), then put whole, one PutObject retried through an outage: the object exists
+    whole or not at all, and no temporary object ever does. An exception inside `with` puts nothing."""
+
+    def __init__(self, store: S3Store, key: str) -> None:
+        self.store, self.key = store, key
+        super().__init__(store.location(key))  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
+        self.spooled = open(self.tmp_path, "rb")  # noqa: SIM115 (closed by close or __exit__)
+        os.unlink(self.tmp_path)
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        io.BufferedWriter.close(self)  # the spooled bytes go with the file, unsent
+        self.spooled.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        io.BufferedWriter.close(self)
+        with self.spooled:
+            self.store.put_file(self.key, self.spooled)
+
+
+class ObjectTarget(luigi.contrib.s3.S3Target):
+    """An object of the data dir as a Luigi target: `exists` one HeadObject, `open("r")` a stream,
+    `open("w")` an ObjectWriter, all through the store's retries and one-line errors."""
+
+    def __init__(self, store: S3Store, key: str) -> None:
+        super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
+        self.store, self.key = store, key
+
+    def open(self, mode: str = "r") -> Any:
+        if mode.replace("b", "") == "w":
+            return ObjectWriter(self.store, self.key)
+        if mode.replace("b", "") == "r":
+            return io.BufferedReader(ObjectReader(self.store, self.key), 1 << 20)
+        raise ValueError(f"mode must be 'r' or 'w' (got {mode!r})")
 
 
 def _after_fork_in_child() -> None:

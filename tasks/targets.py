@@ -8,16 +8,19 @@ solves in flight and regions that wait, the cap in force, the cap's lease, the c
 verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
 """
 
-import calendar
 import datetime
-import math
+import io
 import os
+import random
 import tempfile
-import time
+from typing import Any
 
 import luigi
+import luigi.format
+import luigi.local_target
 
 from portal_export import keys
+from portal_export.region_file import read_facts
 from portal_export.store import LocalStore, Store
 
 from . import config
@@ -85,14 +88,53 @@ def where() -> str:
     return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
 
 
+class HiddenAtomicFile(luigi.local_target.atomic_file):
+    """Luigi's atomic file, its temporary name a dot file: a listing of the data dir never shows
+    what a killed run left half written (as the store's own temporary files)."""
+
+    def generate_tmp_path(self, path: str) -> str:
+        head, name = os.path.split(path)
+        return os.path.join(head, f".{name}-luigi-tmp-{random.randrange(10**10):010d}")
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        io.BufferedWriter.close(self)  # an exception inside `with`: no file, no temporary file
+        os.unlink(self.tmp_path)
+
+
+class DataFile(luigi.LocalTarget):
+    """A file of a local data dir, read and written as bytes; `open("w")` writes it atomically."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, format=luigi.format.Nop)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
+
+    def open(self, mode: str = "r") -> Any:
+        if mode.replace("b", "") == "w":
+            self.makedirs()
+            return HiddenAtomicFile(self.path)
+        return super().open(mode)  # type: ignore[no-untyped-call]
+
+
 def target(key: str) -> luigi.target.FileSystemTarget:
-    """The Luigi target of a key: an S3Target on the store's own client, or a LocalTarget."""
+    """The Luigi target of a key, the one way the tasks read and write their outputs: a DataFile, or
+    an ObjectTarget on the store's own client (its retries, errors and request counts)."""
     s = store()
     if isinstance(s, LocalStore):
-        return luigi.LocalTarget(s.location(key))
-    from luigi.contrib.s3 import S3Target
+        return DataFile(s.location(key))
+    from .s3store import ObjectTarget
 
-    return S3Target(s.location(key), client=s.client)  # type: ignore[attr-defined]  # S3Store's
+    return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
+
+
+def region_facts(date: datetime.date, region: str) -> dict[str, Any] | None:
+    """A region target's solve facts (its first line, the records left unread); None without one."""
+    try:
+        with target(keys.region(date, region)).open("r") as f:
+            return read_facts(f)
+    except FileNotFoundError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------- keys
@@ -107,29 +149,6 @@ failed_health_key = keys.failed_health
 failures_prefix = keys.failures_prefix
 region_failure_key = keys.region_failure
 day_failure_key = keys.day_failure
-
-
-# How long a listing that showed a day complete answers for it: the checks that follow one another
-# (Luigi's of each day of a range when RangeDaily's run ends, the run's own at its end) take one
-# listing per month instead of two requests per day. Only "complete" is kept, and only briefly: no
-# check is ever answered "missing" from memory, and a day set aside (retry-unsolvable) is set aside
-# before its run checks it.
-DAY_SEEN_S = 2.0
-_days_seen: dict[tuple[str, datetime.date], float] = {}
-
-
-def day_complete(date: datetime.date) -> bool:
-    """Whether the day's two objects exist (DayExport.complete). On a disk, two looks at the files;
-    in an object store, one listing of the day's month, remembered for DAY_SEEN_S."""
-    if not is_remote(config.data_dir_text()):
-        return all(store().exists(k) for k in (day_records_key(date), day_health_key(date)))
-    where, now = config.data_dir_text(), time.monotonic()
-    if now - _days_seen.get((where, date), -math.inf) < DAY_SEEN_S:
-        return True
-    month = [date.replace(day=d) for d in range(1, calendar.monthrange(date.year, date.month)[1] + 1)]
-    found = complete_days(month)
-    _days_seen.update(((where, d), now) for d in found)
-    return date in found
 
 
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:

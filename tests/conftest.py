@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +18,12 @@ LIVE_MODULES = ("test_live_", "test_fleet", "test_ops_", "test_demo", "test_benc
 LIVE_MODULES += ("test_fork_safety", "test_sandbox")
 LIVE_PARAMS = {"s3"}
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
+
+
+def read_region(path):
+    """A region target's facts and records (its first line, then one record a line)."""
+    first, *lines = Path(path).read_text().splitlines()
+    return json.loads(first), [json.loads(line) for line in lines]
 
 
 def pytest_collection_modifyitems(items):

@@ -18,7 +18,7 @@ def outcome(region, status="ok", rows=2, task_ids=("1",), solve_seconds=10.0, **
         "2026-09-01",
         region,
         status=status,
-        records=[{"i": i} for i in range(rows)],
+        rows=rows,
         task_ids=list(task_ids),
         solve_seconds=solve_seconds,
         **kw,

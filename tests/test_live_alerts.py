@@ -230,7 +230,8 @@ def day_dir_snapshot(data_dir):
         rel = path.relative_to(data_dir)
         if path.is_dir() or rel.parts[0] == "_state" or "failures" in rel.parts:
             continue
-        snapshot[str(rel)] = path.read_text() if path.suffix == ".jsonl" else None
+        holds_timings = rel.parts[0] == "regions"  # a region target's facts: its task ids and times
+        snapshot[str(rel)] = path.read_text() if path.suffix == ".jsonl" and not holds_timings else None
     return snapshot
 
 

@@ -104,12 +104,7 @@ def test_a_key_revoked_mid_backfill_stops_after_the_regions_in_flight_and_a_new_
     stats = live.stats()
     assert 1 <= stats["bad_key_requests"] <= 4, stats  # at most the solves in flight, each once
     assert stats["ip_bans"] == 0 and not any("IP_BANNED" in c for c in stats["codes"].values())
-    exported = {
-        (d.name, p.stem)
-        for d in (data_dir / "regions").iterdir()
-        for p in d.glob("*.json")
-        if p.name != "failed.health.json"
-    }
+    exported = {(d.name, p.stem) for d in (data_dir / "regions").iterdir() for p in d.glob("*.jsonl")}
     failed, codes = region_failures(run)
     everything = {(str(d), r) for d in days(start, stop) for r in REGIONS}
     assert len(exported) >= 8 and failed == everything - exported  # every region exported or failed

@@ -28,6 +28,8 @@ from portal_export.store import LocalStore
 from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 
+from .conftest import read_region
+
 REGIONS = ("north", "south", "east", "west")
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account
 SHORT_KEY = "not-a-key"
@@ -45,7 +47,9 @@ def captchaai_requests(sb):
 
 
 def facts(data_dir, d, region):
-    return json.loads((data_dir / "regions" / str(d) / f"{region}.json").read_text())
+    """A region target's facts, its records under "records"."""
+    facts, records = read_region(data_dir / "regions" / str(d) / f"{region}.jsonl")
+    return {**facts, "records": records}
 
 
 def day_files(data_dir, d):
@@ -148,7 +152,7 @@ def assert_failed_once_with(central, run, data_dir, d, code, regions=REGIONS):
     failures = [line for line in run.err.splitlines() if " failed    RegionExport(" in line]
     assert len(failures) == len(regions), failures
     assert run.err.count(f"Error: {code}: ") >= len(regions)  # "...KeyLevelError: IP_BANNED: ..." per traceback
-    assert not (data_dir / "regions" / str(d)).exists() or not list((data_dir / "regions" / str(d)).glob("*.json"))
+    assert not (data_dir / "regions" / str(d)).exists() or not list((data_dir / "regions" / str(d)).glob("*.jsonl"))
     assert day_files(data_dir, d) == []
 
 
@@ -484,7 +488,7 @@ def test_after_the_last_attempt_the_region_fails_and_the_run_exits_non_zero(row,
         tasks = live.tasks()
         assert len(tasks) == 4 and all(t["reported_bad"] for t in tasks)
         assert stats["actions"]["reportbad"] == 4 and sum(stats["tokens"]["refused"].values()) == 4
-    assert not (data_dir / "regions" / str(d) / "north.json").exists() and day_files(data_dir, d) == []
+    assert not (data_dir / "regions" / str(d) / "north.jsonl").exists() and day_files(data_dir, d) == []
     assert run.err.count("retrying in") == 3  # a backoff between attempts, none after the last
 
 

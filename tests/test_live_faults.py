@@ -9,6 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 from sandbox import FaultPlan
 from sandbox.config import CAPTCHAAI_KINDS
 
+from .conftest import read_region
+
 REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-05-01", "2026-05-11"
 DAYS = [f"2026-05-{d:02d}" for d in range(1, 11)]
@@ -30,12 +32,7 @@ GAVE_UP = re.compile(r"^portal_export\.errors\.TransientError: (\w+): .*\(gave u
 
 
 def region_targets(data_dir):
-    return {
-        (d.name, p.stem): json.loads(p.read_text())
-        for d in (data_dir / "regions").iterdir()
-        for p in d.glob("*.json")
-        if p.name != "failed.health.json"
-    }
+    return {(d.name, p.stem): read_region(p)[0] for d in (data_dir / "regions").iterdir() for p in d.glob("*.jsonl")}
 
 
 def test_a_backfill_through_a_fifth_of_faulted_answers_ends_with_every_record_exactly_once(live, cli, data_dir):

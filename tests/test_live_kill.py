@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import psutil
 
-from .conftest import ROOT
+from .conftest import ROOT, read_region
 
 REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-04-01", "2026-04-05"
@@ -84,18 +84,17 @@ def kill_run(proc, data_dir):
 def exported(data_dir):
     """(day, region) of every region target, after checking each is whole and right."""
     found = set()
-    for path in (data_dir / "regions").glob("*/*.json"):
-        if path.name == "failed.health.json":
-            continue
-        json.loads(path.read_text())  # whole, or not there at all
+    for path in (data_dir / "regions").glob("*/*.jsonl"):
+        facts, records = read_region(path)  # whole, or not there at all
+        assert facts["rows"] == len(records)
         found.add((path.parent.name, path.stem))
     return found
 
 
 def assert_nothing_partial(sb, data_dir):
     for day, region in exported(data_dir):
-        facts = json.loads((data_dir / "regions" / day / f"{region}.json").read_text())
-        assert facts["status"] == "ok" and facts["records"] == sb.expected_records(day, region)
+        facts, records = read_region(data_dir / "regions" / day / f"{region}.jsonl")
+        assert facts["status"] == "ok" and records == sb.expected_records(day, region)
     for day in DAYS:
         records = data_dir / f"portal_records_{day}.jsonl"
         health = data_dir / f"portal_records_{day}.health.json"
@@ -156,7 +155,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
     for stale in (
         data_dir / f"portal_records_{pending_day}.jsonl{TMP}0000000001",
         data_dir / f"portal_records_{pending_day}.health.json{TMP}0000000002",
-        data_dir / "regions" / pending_day / f"north.json{TMP}0000000003",
+        data_dir / "regions" / pending_day / f"north.jsonl{TMP}0000000003",
     ):
         stale.write_text('{"records": [{"half": ')
 

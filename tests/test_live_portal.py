@@ -150,8 +150,8 @@ def test_five_regions_with_dash_and_underscore_in_names(live, fast_cfg, cli, dat
     assert run.code == 0, run
     assert lines_of(data_dir) == expected_lines(live, regions)
     assert list(health(data_dir)["regions"]) == regions
-    assert sorted(p.name for p in (data_dir / "regions" / str(DAY)).glob("*.json")) == sorted(
-        f"{r}.json" for r in regions
+    assert sorted(p.name for p in (data_dir / "regions" / str(DAY)).glob("*.jsonl")) == sorted(
+        f"{r}.jsonl" for r in regions
     )
 
 
@@ -201,7 +201,7 @@ def test_a_login_refused_inside_the_tasks_stops_every_region_after_the_first(liv
     assert result.status != luigi.execution_summary.LuigiStatusCode.SUCCESS
     assert live.stats()["logins"] == {"refused-credentials": 1}
     assert captchaai_requests(live) == 0
-    assert not list((data_dir / "regions").glob("*/*.json"))
+    assert not list((data_dir / "regions").glob("*/*.jsonl"))
     assert leaked(data_dir, WRONG_PASSWORD) == []
 
 

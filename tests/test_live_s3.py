@@ -97,7 +97,7 @@ def test_backfill_and_export_land_in_the_bucket_and_a_second_clone_solves_nothin
     assert_days_exact(live, objs, day_list)
     # every object at its relative name, and nothing else: no temporary, no partial upload
     expected = {f"portal_records_{d}.{ext}" for d in day_list for ext in ("jsonl", "health.json")}
-    expected |= {f"regions/{d}/{r}.json" for d in day_list for r in REGIONS}
+    expected |= {f"regions/{d}/{r}.jsonl" for d in day_list for r in REGIONS}
     state = {k for k in objs if k.startswith("_state/cap-log/")}
     assert set(objs) == expected | state, sorted(set(objs) - expected - state)
     assert not data_dir.exists()  # nothing went to the local default data dir
@@ -144,8 +144,10 @@ def test_a_kill_mid_backfill_leaves_only_whole_objects_and_the_rerun_solves_only
     objs = objects(seaweedfs, s3_data_dir)
     done = {k for k in objs if k.startswith("regions/") and k.count("/") == 2}
     assert 1 <= len(done) < 16, sorted(objs)
-    for key in done:  # whole: every region object parses, with its records
-        assert json.loads(objs[key])["status"] == "ok"
+    for key in done:  # whole: every region object parses, its facts and then its records
+        facts, *records = objs[key].decode().splitlines()
+        assert json.loads(facts)["status"] == "ok" and len(records) == json.loads(facts)["rows"]
+        assert all(isinstance(json.loads(r), dict) for r in records)
     others = {k for k in objs if k not in done and not k.startswith(("portal_records_", "_state/cap-log/"))}
     # the killed run's state of the cap (its heartbeat, its tasks' marks, its cap in force): dead with it
     others -= {k for k in objs if k.startswith(RUN_STATE)}

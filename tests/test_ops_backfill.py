@@ -32,7 +32,7 @@ def day_files(data_dir, day):
     return [
         data_dir / f"portal_records_{day}.jsonl",
         data_dir / f"portal_records_{day}.health.json",
-        data_dir / "regions" / str(day) / "north.json",
+        data_dir / "regions" / str(day) / "north.jsonl",
     ]
 
 

@@ -151,15 +151,28 @@ def solver():
     return CaptchaAI(KEY, API, timeout_s=60, first_poll_s=15, poll_every_s=5, clock=clock, sleep=clock.sleep)
 
 
+class Lines:
+    """A sink that keeps what the region's target would hold: the records' lines, as objects."""
+
+    def __init__(self):
+        self.records = []
+
+    def __call__(self, lines):
+        self.records = [json.loads(line) for line in lines]  # an attempt's records replace the last's
+        return len(self.records)
+
+
 def run_region(solver, attempts=4, rng=None, **kw):
-    """export_region with recorded waits; returns (outcome or raised error, waits, attempt numbers)."""
-    waits, seen = [], []
+    """export_region with recorded waits; returns (outcome or raised error, waits, attempt numbers,
+    the records delivered)."""
+    waits, seen, lines = [], [], Lines()
     try:
         result = export_region(
             DAY,
             "north",
             PORTAL,
             solver,
+            sink=lines,
             attempts=attempts,
             retry_base_s=10,
             retry_jitter_s=10,
@@ -170,17 +183,18 @@ def run_region(solver, attempts=4, rng=None, **kw):
         )
     except Exception as exc:  # returned, for the test to assert its class
         result = exc
-    return result, waits, seen
+    return result, waits, seen, lines.records
 
 
 # ------------------------------------------------------------------------------------------ export_once
 
 
 def test_export_once_delivers_the_records_exactly(world, solver):
-    delivery = export_once(DAY, "north", PORTAL, solver, http_timeout_s=9)
-    assert isinstance(delivery, Delivery)
-    assert delivery.records == RECORDS
-    assert json.dumps(delivery.records) == json.dumps(RECORDS)  # key order, 1.0 vs 1, True vs 1, None
+    lines = Lines()
+    delivery = export_once(DAY, "north", PORTAL, solver, sink=lines, http_timeout_s=9)
+    assert isinstance(delivery, Delivery) and delivery.rows == 2
+    assert lines.records == RECORDS
+    assert json.dumps(lines.records) == json.dumps(RECORDS)  # key order, 1.0 vs 1, True vs 1, None
     assert (delivery.task_id, delivery.solve_seconds) == ("101", 15.0)
 
     (get,) = world.page_gets()
@@ -205,7 +219,8 @@ def test_export_once_delivers_the_records_exactly(world, solver):
 
 def test_empty_records_list_is_an_answer(world, solver):
     world.posts.append([])
-    assert export_once(DAY, "north", PORTAL, solver).records == []
+    lines = Lines()
+    assert export_once(DAY, "north", PORTAL, solver, sink=lines).rows == 0 and lines.records == []
 
 
 @pytest.mark.parametrize(
@@ -216,7 +231,7 @@ def test_empty_records_list_is_an_answer(world, solver):
 def test_page_without_sitekey_is_permanent_and_solves_nothing(world, solver, sitekey_page):
     world.pages.append((200, {"Content-Type": "text/html"}, sitekey_page))
     with pytest.raises(PermanentError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is PermanentError
     assert info.value.code == "NO_SITEKEY"
     message = str(info.value)
@@ -231,7 +246,9 @@ def test_find_sitekey_takes_the_widget_anywhere_in_the_page():
 
 def test_a_json_list_of_objects_is_an_answer(world, solver):
     world.posts.append(json_answer(RECORDS))
-    assert json.dumps(export_once(DAY, "north", PORTAL, solver).records) == json.dumps(RECORDS)
+    lines = Lines()
+    export_once(DAY, "north", PORTAL, solver, sink=lines)
+    assert json.dumps(lines.records) == json.dumps(RECORDS)
 
 
 @pytest.mark.parametrize(
@@ -245,7 +262,7 @@ def test_a_json_list_of_objects_is_an_answer(world, solver):
 def test_a_200_html_page_is_transient_with_its_title_and_no_token_reported(world, solver, answer):
     world.posts.append(answer)
     with pytest.raises(TransientError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is TransientError and info.value.code == "PORTAL_HTML_ANSWER"
     assert "'Down for maintenance'" in str(info.value) or "'Sign in'" in str(info.value)
     assert world.res("reportbad") == []
@@ -265,7 +282,7 @@ def test_a_200_html_page_is_transient_with_its_title_and_no_token_reported(world
 def test_answer_without_a_records_list_is_permanent_never_empty(world, solver, answer):
     world.posts.append(answer)
     with pytest.raises(PermanentError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is PermanentError
     assert info.value.code == "PORTAL_BAD_ANSWER"
     assert world.res("reportbad") == []
@@ -275,7 +292,7 @@ def test_answer_without_a_records_list_is_permanent_never_empty(world, solver, a
 def test_portal_5xx_on_the_page_is_transient(world, solver, status):
     world.pages.append((status, {"Content-Type": "text/html"}, "<html>down</html>"))
     with pytest.raises(TransientError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is TransientError
     assert info.value.code == f"PORTAL_HTTP_{status}"
     assert world.submitted() == []
@@ -285,7 +302,7 @@ def test_portal_5xx_on_the_page_is_transient(world, solver, status):
 def test_portal_5xx_on_the_post_is_transient_not_a_refused_token(world, solver, status):
     world.posts.append((status, {"Content-Type": "text/html"}, "<html>down</html>"))
     with pytest.raises(TransientError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is TransientError
     assert info.value.code == f"PORTAL_HTTP_{status}"
     assert world.res("reportbad") == []
@@ -294,15 +311,16 @@ def test_portal_5xx_on_the_post_is_transient_not_a_refused_token(world, solver, 
 @pytest.mark.parametrize("status", [502, 503, 504])
 def test_a_gateway_error_on_the_post_posts_the_token_again_once(world, solver, status):
     world.posts.append((status, {"Content-Type": "text/html"}, "<html>bad gateway</html>"))
-    delivery = export_once(DAY, "north", PORTAL, solver)
-    assert delivery.records == RECORDS and len(world.submitted()) == 1  # one solve, not two
+    lines = Lines()
+    export_once(DAY, "north", PORTAL, solver, sink=lines)
+    assert lines.records == RECORDS and len(world.submitted()) == 1  # one solve, not two
     assert world.posted_tokens() == ["tok-101", "tok-101"]
 
 
 def test_a_gateway_error_twice_on_the_post_is_transient(world, solver):
     world.posts.extend([(502, {}, "<html>bad gateway</html>")] * 2)
     with pytest.raises(TransientError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert type(info.value) is TransientError and info.value.code == "PORTAL_HTTP_502"
     assert world.posted_tokens() == ["tok-101", "tok-101"] and world.res("reportbad") == []
 
@@ -311,14 +329,14 @@ def test_a_token_refused_after_a_gateway_error_is_not_reported_bad(world, solver
     """Our first post may have spent it: the refusal says nothing about CaptchaAI's token."""
     world.posts.extend([(502, {}, "<html>bad gateway</html>"), json_answer({"error": "captcha"}, status=403)])
     with pytest.raises(TokenRefused):
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert world.res("reportbad") == []
 
 
 def test_portal_4xx_on_the_page_is_permanent(world, solver):
     world.pages.append((404, {"Content-Type": "text/html"}, "<html>no such region</html>"))
     with pytest.raises(PermanentError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert info.value.code == "PORTAL_HTTP_404"
     assert world.submitted() == []
 
@@ -327,7 +345,7 @@ def test_portal_4xx_on_the_page_is_permanent(world, solver):
 def test_refused_token_is_reported_bad_and_raises_token_refused(world, solver, status):
     world.posts.append(json_answer({"error": "captcha"}, status=status))
     with pytest.raises(TokenRefused) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert info.value.code == f"PORTAL_HTTP_{status}"
     assert isinstance(info.value, TransientError)
     assert [r["id"] for r in world.res("reportbad")] == ["101"]
@@ -342,7 +360,7 @@ def test_portal_network_error_is_transient_and_unchained(world, solver, where):
     else:
         world.posts.append((200, {}, boom))
     with pytest.raises(TransientError) as info:
-        export_once(DAY, "north", PORTAL, solver)
+        export_once(DAY, "north", PORTAL, solver, sink=Lines())
     assert info.value.code == "PORTAL_NETWORK_ERROR"
     assert info.value.__cause__ is None
     assert info.value.__context__ is None or info.value.__suppress_context__
@@ -353,8 +371,8 @@ def test_portal_network_error_is_transient_and_unchained(world, solver, where):
 
 
 def test_region_ok_at_first_attempt(world, solver):
-    out, waits, seen = run_region(solver)
-    assert (out.status, out.records, out.task_ids, out.solve_seconds) == ("ok", RECORDS, ["101"], 15.0)
+    out, waits, seen, records = run_region(solver)
+    assert (out.status, records, out.task_ids, out.solve_seconds) == ("ok", RECORDS, ["101"], 15.0)
     assert (out.attempts, out.refused_tokens, out.transient_errors, out.idle_slot_seconds) == (1, 0, [], 0.0)
     assert waits == [] and seen == [1]
     assert out.to_dict()["rows"] == 2
@@ -364,7 +382,7 @@ def test_region_ok_at_first_attempt(world, solver):
 def test_transient_errors_retried_attempts_times_with_backoff_then_raised(world, solver, jitter):
     world.posts.extend([(500, {}, "<html>server error</html>")] * 4)
     rng = FixedRng(jitter)
-    err, waits, seen = run_region(solver, attempts=4, rng=rng)
+    err, waits, seen, records = run_region(solver, attempts=4, rng=rng)
     assert type(err) is TransientError
     assert err.code == "PORTAL_HTTP_500"
     assert "4 attempts" in str(err)
@@ -382,7 +400,7 @@ def test_transient_errors_retried_attempts_times_with_backoff_then_raised(world,
 
 def test_backoff_never_waits_a_negative_time(world, solver):
     world.pages.extend([(503, {}, "down")] * 2)
-    out, waits, _ = run_region(solver, attempts=3, rng=FixedRng(-10.0))
+    out, waits, _, records = run_region(solver, attempts=3, rng=FixedRng(-10.0))
     assert out.status == "ok"
     assert waits == [0.0, 20.0]
 
@@ -390,7 +408,7 @@ def test_backoff_never_waits_a_negative_time(world, solver):
 @pytest.mark.parametrize("attempts", [1, 2])
 def test_attempts_counts_the_first_one(world, solver, attempts):
     world.pages.extend([(503, {}, "down")] * 4)
-    err, waits, seen = run_region(solver, attempts=attempts)
+    err, waits, seen, records = run_region(solver, attempts=attempts)
     assert isinstance(err, TransientError) and err.code == "PORTAL_HTTP_503"
     assert len(world.page_gets()) == attempts and len(waits) == attempts - 1
     assert f"{attempts} attempts" in str(err)
@@ -399,7 +417,7 @@ def test_attempts_counts_the_first_one(world, solver, attempts):
 def test_transient_then_ok_and_idle_slot_seconds_is_the_sum_of_waits(world, solver):
     world.pages.append((503, {}, "down"))
     world.polls["101"] = [NOT_READY] * 20  # poll deadline on the first task
-    out, waits, seen = run_region(solver)
+    out, waits, seen, records = run_region(solver)
     assert out.status == "ok"
     assert out.transient_errors == ["PORTAL_HTTP_503", "POLL_DEADLINE"]
     assert out.task_ids == ["101", "102"]  # the timed-out task, then a fresh one
@@ -407,7 +425,7 @@ def test_transient_then_ok_and_idle_slot_seconds_is_the_sum_of_waits(world, solv
     assert len(world.page_gets()) == 3 and out.attempts == 3
     assert waits == [12.5, 32.5]
     assert out.idle_slot_seconds == sum(waits) == 45.0
-    assert out.records == RECORDS
+    assert records == RECORDS
 
 
 @pytest.mark.parametrize(
@@ -426,7 +444,7 @@ def test_transient_then_ok_and_idle_slot_seconds_is_the_sum_of_waits(world, solv
 )
 def test_permanent_errors_are_not_retried(world, solver, setup, cls, code):
     setup(world)
-    err, waits, seen = run_region(solver)
+    err, waits, seen, records = run_region(solver)
     assert type(err) is cls and err.code == code
     assert len(world.page_gets()) == 1 and len(world.submitted()) <= 1
     assert waits == [] and seen == [1]
@@ -435,10 +453,10 @@ def test_permanent_errors_are_not_retried(world, solver, setup, cls, code):
 def test_unsolvable_twice_gives_the_region_up(world, solver):
     world.polls["101"] = [UNSOLVABLE]
     world.polls["102"] = [NOT_READY, UNSOLVABLE]
-    out, waits, seen = run_region(solver)
+    out, waits, seen, records = run_region(solver)
     assert out.status == "unsolvable"
     assert out.task_ids == ["101", "102"]
-    assert (out.records, out.solve_seconds, out.attempts) == ([], None, 2)
+    assert (records, out.solve_seconds, out.attempts) == ([], None, 2)
     assert len(world.page_gets()) == 2 and len(world.submitted()) == 2  # one fresh resubmission
     assert world.form_posts() == []
     assert waits == [] and seen == [1, 2]
@@ -448,8 +466,8 @@ def test_unsolvable_twice_gives_the_region_up(world, solver):
 def test_unsolvable_then_solved_is_ok(world, solver):
     world.polls["101"] = [UNSOLVABLE]
     world.polls["102"] = [NOT_READY, {"status": 1, "request": "tok-102"}]
-    out, waits, _ = run_region(solver)
-    assert (out.status, out.task_ids, out.records) == ("ok", ["101", "102"], RECORDS)
+    out, waits, _, records = run_region(solver)
+    assert (out.status, out.task_ids, records) == ("ok", ["101", "102"], RECORDS)
     assert out.solve_seconds == 20.0  # of the delivering solve
     assert form(world.form_posts()[0])["g-recaptcha-response"] == "tok-102"
     assert waits == []
@@ -457,8 +475,8 @@ def test_unsolvable_then_solved_is_ok(world, solver):
 
 def test_refused_token_is_counted_reported_and_retried(world, solver):
     world.posts.append(json_answer({"error": "bad captcha"}, status=403))
-    out, waits, seen = run_region(solver)
-    assert out.status == "ok" and out.records == RECORDS
+    out, waits, seen, records = run_region(solver)
+    assert out.status == "ok" and records == RECORDS
     assert out.refused_tokens == 1
     assert out.transient_errors == ["PORTAL_HTTP_403"]
     assert out.task_ids == ["101", "102"]

@@ -91,7 +91,7 @@ def make_dataset(data_dir):
     # Neighbours that are no health files of a day: ignored.
     (data_dir / f"portal_records_{day(0)}.jsonl").write_text('{"id": 1}\n')
     (data_dir / "regions" / str(day(0))).mkdir(parents=True, exist_ok=True)
-    (data_dir / "regions" / str(day(0)) / "north.json").write_text("{}")
+    (data_dir / "regions" / str(day(0)) / "north.jsonl").write_text("{}")
     return data_dir
 
 

@@ -111,7 +111,7 @@ def test_the_key_strings_stay_what_data_dirs_hold():
     assert keys.day_records(DAY) == "portal_records_2026-06-01.jsonl"
     assert keys.day_health(DAY) == "portal_records_2026-06-01.health.json"
     assert keys.day_objects_prefix([DAY, DAY.replace(day=30)]) == "portal_records_2026-06-"
-    assert keys.region(DAY, "north") == "regions/2026-06-01/north.json"
+    assert keys.region(DAY, "north") == "regions/2026-06-01/north.jsonl"
     assert keys.failed_health(DAY) == "regions/2026-06-01/failed.health.json"
     assert keys.failures_prefix(DAY) == "regions/2026-06-01/failures/"
     assert keys.region_failure(DAY, "north") == "regions/2026-06-01/failures/region-north.json"

@@ -10,9 +10,10 @@ import responses
 
 from portal_export.captchaai import Solve
 from portal_export.errors import UnsolvableError
+from portal_export.store import LocalStore
 from tasks import DayExport, RegionExport
 
-from .conftest import TEST_KEY
+from .conftest import TEST_KEY, read_region
 
 DAY = datetime.date(2026, 9, 1)
 PORTAL = "http://portal.test"
@@ -163,8 +164,8 @@ def test_region_target_is_written_when_unsolvable(env, data_dir):
         portal_mock(rs)
         result = build(FakeRegionExport(date=DAY, region="north"))
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    facts = json.loads((data_dir / "regions" / str(DAY) / "north.json").read_text())
-    assert facts["status"] == "unsolvable" and facts["records"] == [] and len(facts["task_ids"]) == 2
+    facts, records = read_region(data_dir / "regions" / str(DAY) / "north.jsonl")
+    assert facts["status"] == "unsolvable" and records == [] and len(facts["task_ids"]) == 2
 
 
 def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_dir):
@@ -175,7 +176,7 @@ def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_di
     assert result.status == luigi.execution_summary.LuigiStatusCode.FAILED
     assert len(gets) == 4  # one page per region, no retry
     assert SOLVER.solved == []
-    assert not (data_dir / "regions" / str(DAY)).exists() or not list((data_dir / "regions" / str(DAY)).glob("*.json"))
+    assert not (data_dir / "regions" / str(DAY)).exists() or not list((data_dir / "regions" / str(DAY)).glob("*.jsonl"))
 
 
 @pytest.mark.parametrize("bad", ["a/b", "../x", "mid dle", ""])
@@ -183,3 +184,30 @@ def test_a_region_name_beyond_letters_digits_dash_underscore_is_refused_by_the_p
     with pytest.raises(ValueError, match="letters, digits"):
         RegionExport(date=DAY, region=bad)
     assert RegionExport(date=DAY, region="Zone-9_b").region == "Zone-9_b"
+
+
+def test_every_output_is_written_through_its_target(env, data_dir, monkeypatch):
+    """The store's own write path is left to state and failure records: with it refusing every
+    other key, the tasks still make every file, the health of a failed day's too."""
+    write = LocalStore.write
+
+    def state_only(store, key, data):
+        assert key.startswith("_state/") or "/failures/" in key, f"{key} written past its target"
+        write(store, key, data)
+
+    monkeypatch.setattr(LocalStore, "write", state_only)
+    with responses.RequestsMock() as rs:
+        portal_mock(rs)
+        assert build(FakeDayExport(date=DAY)).status == luigi.execution_summary.LuigiStatusCode.SUCCESS
+    rows, health = read_day(data_dir)
+    assert len(rows) == health["rows"] == 12
+    assert sorted(p.name for p in (data_dir / "regions" / str(DAY)).iterdir()) == [
+        f"{r}.jsonl" for r in ("east", "north", "south", "west")
+    ]
+    SOLVER.unsolvable = {"sk-east", "sk-west"}
+    failed_day = DAY + datetime.timedelta(days=1)
+    with responses.RequestsMock() as rs:
+        portal_mock(rs)
+        assert build(FakeDayExport(date=failed_day)).status == luigi.execution_summary.LuigiStatusCode.FAILED
+    assert json.loads((data_dir / "regions" / str(failed_day) / "failed.health.json").read_text())["unsolvable"] == 2
+    assert not [p for p in data_dir.rglob("*") if "-luigi-tmp-" in p.name]  # no temporary file left

@@ -1,21 +1,24 @@
-"""Reading the form post's answer: JSON records, a JSON list, or CSV; an HTML page is no answer yet.
+"""Reading the form post's answer as it arrives: JSON records, a JSON list, or CSV; an HTML page
+is no answer yet.
 
 CSV is read with the csv module and nothing else: every value stays the exact string of the file
-(no number, date or NA guessing), an empty field is "", rows keep the file's order.
+(no number, date or NA guessing), an empty field is "", rows keep the file's order. JSON is read
+with json.loads' own scanner, one record at a time (portal/streams.py).
 """
 
 from __future__ import annotations
 
-import csv
+import codecs
 import io
+from collections.abc import Iterator
 from typing import Any
 
 import requests
 
 from ..errors import PermanentError, TransientError
 from .page import looks_like_html, title_of
+from .streams import CHUNK, JSONReader, csv_lines, text_codec
 
-Record = dict[str, Any]
 HANDLING = (
     'JSON {"records": [...]}, a JSON list of objects, or CSV (Content-Type text/csv, or an attachment '
     "named *.csv: header keys, exact strings); a 200 HTML page is retried from a fresh page"
@@ -42,56 +45,54 @@ def _filename(disposition: str) -> str | None:
     return found
 
 
-def read_csv(text: str, what: str) -> list[Record]:
-    rows = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""), strict=True)
-    try:
-        header = next(rows, None)
-        if not header:
-            raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered CSV without a header row")
-        if len(set(header)) != len(header):
-            raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered CSV with repeated header names")
-        records = []
-        for row in rows:
-            if not row:  # a blank line holds no record
-                continue
-            if len(row) != len(header):
-                raise PermanentError(
-                    "PORTAL_BAD_ANSWER",
-                    f"{what} answered CSV whose line {rows.line_num} has {len(row)} fields, the header {len(header)}",
-                )
-            records.append(dict(zip(header, row, strict=True)))
-    except csv.Error as exc:
-        raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered malformed CSV ({exc})") from None
-    return records
+class ResponseStream(io.RawIOBase):
+    """The body of a streamed response as a binary file (decoded as sent: gzip undone); a network
+    error while reading is transient, like one before the answer."""
+
+    def __init__(self, resp: requests.Response, what: str) -> None:
+        self.chunks, self.what = resp.iter_content(CHUNK), what
+        self.rest = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.rest:
+            failure = None
+            try:
+                chunk = next(self.chunks, None)
+            except requests.RequestException as exc:
+                failure = type(exc).__name__  # raised outside the handler: no chained traceback
+            if failure:
+                raise TransientError("PORTAL_NETWORK_ERROR", f"{failure} while reading {self.what}")
+            if chunk is None:
+                return 0
+            self.rest = memoryview(chunk)
+        n = min(len(buffer), len(self.rest))
+        buffer[:n], self.rest = self.rest[:n], self.rest[n:]
+        return n
 
 
-def _json_records(body: object) -> list[Record] | None:
-    records = body.get("records") if isinstance(body, dict) else body
-    if isinstance(records, list) and all(isinstance(r, dict) for r in records):
-        return records
-    return None
+def _first_byte(raw: io.BufferedReader[Any]) -> bytes:
+    return raw.peek(CHUNK)[:4096].removeprefix(codecs.BOM_UTF8).lstrip()[:1]
 
 
-def read_answer(resp: requests.Response, what: str) -> list[Record]:
-    """The records of a 2xx answer to the form post, or the error it amounts to."""
+def read_answer(resp: requests.Response, what: str) -> Iterator[str]:
+    """The records of a 2xx answer to the form post, each as its line of the day file, read from the
+    response as they arrive; or the error it amounts to (at once, or while reading on)."""
     content_type = resp.headers.get("Content-Type", "")
+    raw = io.BufferedReader(ResponseStream(resp, what), CHUNK)
     if is_csv(content_type, resp.headers.get("Content-Disposition", "")):
         # a CSV without a charset is read as UTF-8: requests' ISO-8859-1 default would garble it
-        text = resp.text if "charset=" in content_type.lower() else resp.content.decode("utf-8", "replace")
-        return read_csv(text, what)
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    else:
-        records = _json_records(body)
-        if records is not None:
-            return records
-        raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered JSON without a list of record objects")
-    if "html" in content_type.lower() or looks_like_html(resp.text):
+        return csv_lines(raw, resp.encoding if "charset=" in content_type.lower() else None, what)
+    if _first_byte(raw) in (b"{", b"["):
+        guessed = requests.utils.guess_json_utf(raw.peek(4))  # type: ignore[no-untyped-call]
+        return JSONReader(raw, resp.encoding or guessed, what).records()  # the encoding requests' .json() takes
+    text = raw.read(CHUNK).decode(text_codec(resp.encoding), "replace")
+    if "html" in content_type.lower() or looks_like_html(text):
         # a maintenance page, or the login page of an expired session: worth a fresh page later
-        title = title_of(resp.text) or "untitled"
+        title = title_of(text) or "untitled"
         raise TransientError("PORTAL_HTML_ANSWER", f"{what} answered an HTML page titled {title!r}")
     raise PermanentError(
-        "PORTAL_BAD_ANSWER", f"{what} answered neither JSON, CSV nor HTML ({content_type or 'no type'})"
+        "PORTAL_BAD_ANSWER", f"{what} answered neither JSON records, CSV nor HTML ({content_type or 'no type'})"
     )

@@ -7,7 +7,7 @@ it served, and the token must be posted at once: it lives two minutes and verifi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -17,7 +17,7 @@ import requests
 
 from ..breaker import KeyBreaker
 from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
-from .answers import Record, read_answer
+from .answers import read_answer
 from .page import Form, Page, Widget, parse_page
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,13 @@ class Solver(Protocol):
     def report_bad(self, task_id: str) -> bool: ...
 
 
+# Takes the records of an answer as they are read (each its line of the day file) and returns
+# how many it took; an error raised while it reads leaves the attempt failed.
+Sink = Callable[[Iterator[str]], int]
+
+
 class Delivery(NamedTuple):
-    records: list[Record]
+    rows: int
     task_id: str
     solve_seconds: float
 
@@ -101,11 +106,16 @@ def http(
 
 
 def _submit(
-    session: requests.Session, form: Form, fields: list[tuple[str, str]], what: str, timeout: float
+    session: requests.Session,
+    form: Form,
+    fields: list[tuple[str, str]],
+    what: str,
+    timeout: float,
+    stream: bool = False,
 ) -> requests.Response:
     if form.method == "GET":
-        return http(session, "GET", form.action, what, timeout, params=fields)
-    return http(session, "POST", form.action, what, timeout, data=fields)
+        return http(session, "GET", form.action, what, timeout, params=fields, stream=stream)
+    return http(session, "POST", form.action, what, timeout, data=fields, stream=stream)
 
 
 def log_in(session: requests.Session, base_url: str, login: Login, timeout: float) -> None:
@@ -208,6 +218,7 @@ def export_once(
     base_url: str,
     solver: Solver,
     *,
+    sink: Sink,
     http_timeout_s: float = 30.0,
     session: requests.Session | None = None,
     login: Login | None = None,
@@ -215,7 +226,8 @@ def export_once(
     on_poll: Callable[[str, int, float], object] | None = None,
     on_repost: Callable[[str], object] | None = None,
 ) -> Delivery:
-    """Load the export page, solve its reCAPTCHA, post its form; returns the records.
+    """Load the export page, solve its reCAPTCHA, post its form; the records go to `sink` as the
+    answer arrives, never held whole.
 
     `on_repost(code)` hears of a form post answered by a gateway error and sent again.
     """
@@ -232,7 +244,7 @@ def export_once(
         form = Form(post.url, post.method, ())
         reposted = False
         try:
-            resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s)
+            resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s, stream=True)
         except TransientError as err:
             if err.code not in _GATEWAY:
                 raise
@@ -240,10 +252,11 @@ def export_once(
             reposted = True
             if on_repost is not None:
                 on_repost(err.code)
-            resp = _submit(s, form, post.data(token), f"form post of {what}, sent again", http_timeout_s)
+            resp = _submit(s, form, post.data(token), f"form post of {what}, sent again", http_timeout_s, stream=True)
         del token  # single use: nothing of it outlives the post
-        if resp.status_code >= 400:
-            if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
-                solver.report_bad(task_id)
-            raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
-        return Delivery(read_answer(resp, f"the form post of {what}"), task_id, seconds)
+        with resp:  # streamed: its connection goes back to the pool once read or refused
+            if resp.status_code >= 400:
+                if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
+                    solver.report_bad(task_id)
+                raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
+            return Delivery(sink(read_answer(resp, f"the form post of {what}")), task_id, seconds)
