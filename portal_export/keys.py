@@ -7,8 +7,8 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
 
     portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
     portal_records_YYYY-MM-DD.health.json         its health                } validated day
-    regions/YYYY-MM-DD/<region>.json              a region's records and solve facts
-    regions/YYYY-MM-DD/<region>.json.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
+    regions/YYYY-MM-DD/<region>.jsonl             a region's solve facts, then its records
+    regions/YYYY-MM-DD/<region>.jsonl.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
     regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
     regions/YYYY-MM-DD/failures/region-<r>.json   failure records (`failures.py`)
     regions/YYYY-MM-DD/failures/day.json

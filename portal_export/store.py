@@ -1,6 +1,6 @@
 """Where the data dir's objects live: a local directory, or a prefix in an object store.
 
-Keys are relative POSIX paths (`regions/2026-06-01/north.json`, `_state/breaker-ab12.json`): every
+Keys are relative POSIX paths (`regions/2026-06-01/north.jsonl`, `_state/breaker-ab12.json`): every
 file keeps its relative name whichever store holds it. The core keeps its state (breakers, failure
 records, the cap log, leases) through this protocol only, so it never knows which store it is; the
 Luigi layer builds the store from the data dir (`tasks/targets.py`), an object store through

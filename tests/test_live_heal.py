@@ -93,8 +93,8 @@ def test_a_failed_day_heals_on_the_next_backfill_solving_only_its_unsolvable_reg
     folder = data_dir / "regions" / str(d)
     assert not (folder / "failed.health.json").exists() and not list(folder.glob("failures/*"))
     assert sorted(p.name.partition(".unsolvable-")[0] for p in folder.glob("*.unsolvable-*")) == [
-        "east.json",
-        "west.json",
+        "east.jsonl",
+        "west.jsonl",
     ]
 
     after = scrape(data_dir)
