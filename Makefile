@@ -14,7 +14,8 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
 # authentication: docs/operations.md "luigid on a network, behind a proxy"
 SCHEDULER_BIND ?=
-# make metrics-server: GET /metrics on this address and port (docs/monitoring.md)
+# make metrics-server: GET /metrics on this address and port (docs/monitoring.md); 9464 is the port
+# Prometheus's list of default exporter ports gives OpenTelemetry's exporters
 METRICS_PORT ?= 9464
 METRICS_BIND ?= 127.0.0.1
 # make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data

@@ -27,7 +27,6 @@ from tasks import config, targets
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 9464  # the port Prometheus's exporter list gives OpenTelemetry's exporters; METRICS_PORT
 # A scrape waits this long for an object store that does not answer (a run waits [portal]
 # store_retry_s): Prometheus's own scrape timeout is 10 s by default.
 STORE_RETRY_S = 3.0

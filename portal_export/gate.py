@@ -172,9 +172,6 @@ class Gate:
                 self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield
 
-    def poke(self) -> None:
-        self.inflight.poke()
-
     @staticmethod
     def _thread_free(plan: Callable[[], tuple[int, int]]) -> bool:
         try:

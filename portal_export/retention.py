@@ -57,9 +57,6 @@ FAILURES = Kind("failure-records", keys.REGIONS)  # regions/<day>/failures/: lis
 OTHER = Kind("other-state", keys.STATE)  # cap.json, plan-poke.json, plan-busy.json: one each, kept
 KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, OTHER)
 NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # runs' and marks' own listings remove dead ones at once
-# What a run's share costs at most besides its deletes: the live runs' listing, one per kind, two
-# for a hashed kind that wraps round.
-NIGHTLY_LISTINGS = 1 + sum(2 if kind.hashed else 1 for kind in NIGHTLY)
 
 
 def keep_seconds(keep_state_days: float) -> float:

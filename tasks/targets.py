@@ -100,7 +100,6 @@ def target(key: str) -> luigi.target.FileSystemTarget:
 
 region_key = keys.region
 region_dir = keys.region_dir
-DAY_PREFIX = keys.DAY_PREFIX
 day_records_key = keys.day_records
 day_health_key = keys.day_health
 failed_health_key = keys.failed_health
