@@ -93,9 +93,7 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         if last is not None and (at := made(newest)) >= started - SLACK_S:
             return _claim_of(last, at)
         n = newest + 1
-    # stamped `t`, and `at` as claims were before (the claimant's clock, for people): a host of an
-    # earlier version reads that
-    record = stamped({"host": host, "run": run}, legacy=True)
+    record = stamped({"host": host, "run": run})  # `t`: the claimant's clock, for people
     while True:
         if chain.create(n, record):
             # the chain keeps its two newest claims (a host racing for the one before still finds it

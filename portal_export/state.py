@@ -9,8 +9,6 @@ The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `
 - The time stamp of every object is its `t` (wall-clock seconds of the host that wrote it: for
   people and for durations a run measures on its own clock; hosts' clocks may disagree, so no
   verdict on another host's object compares its `t` with this host's clock, see `Runs.ages`).
-  Failure records and alert claims were stamped `at`: they are written with both names, so hosts
-  of an earlier version and outside readers still find `at`, and `stamp_of` reads either.
 - `new_run_id`, `split_run`: a run's identity, `<hostname>-<pid>-<random>`, which no other run has
   whatever the hostnames and PID namespaces; `machine`: the boot and PID namespace this process
   runs in, which tell whether another run's pid means anything here.
@@ -65,26 +63,19 @@ def read_dict(
 # -------------------------------------------------------------------------------------- stamps
 
 STAMP = "t"
-LEGACY_STAMP = "at"  # failure records' and alert claims' name for it, still written beside `t`
 
 
-def stamped(fields: Mapping[str, Any], now: float | None = None, *, legacy: bool = False) -> dict[str, Any]:
-    """`fields` with their time stamp, `now` (the wall clock when None); `legacy`: also under `at`."""
-    t = time.time() if now is None else now
-    record = {**fields, STAMP: t}
-    if legacy:
-        record[LEGACY_STAMP] = t
-    return record
+def stamped(fields: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
+    """`fields` with their time stamp, `now` (the wall clock when None)."""
+    return {**fields, STAMP: time.time() if now is None else now}
 
 
 def stamp_of(record: Mapping[str, Any]) -> float | None:
-    """When `record` was written: its `t`, else its `at`; None when it has neither.
+    """When `record` was written: its `t`; None when it has none.
 
     ValueError or TypeError when the stamp is no number.
     """
     value = record.get(STAMP)
-    if value is None:
-        value = record.get(LEGACY_STAMP)
     return None if value is None else float(value)
 
 
@@ -106,8 +97,7 @@ def new_run_id() -> str:
 
 
 def split_run(run: str) -> tuple[str, int] | None:
-    """(hostname, pid) of a run id; None when it is not one (nor an old `<hostname>-<pid>`: a run
-    of an earlier version is not told apart, so it counts as no live run)."""
+    """(hostname, pid) of a run id; None when it is not one (it then counts as no live run)."""
     found = RUN_ID.fullmatch(run)
     return (found["host"], int(found["pid"])) if found else None
 

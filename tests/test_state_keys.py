@@ -15,7 +15,6 @@ import pytest
 
 from portal_export import keys
 from portal_export.state import (
-    LEGACY_STAMP,
     STAMP,
     Chain,
     alive,
@@ -195,15 +194,13 @@ def test_what_read_dict_tolerates_is_the_callers(tmp_path):
 # --------------------------------------------------------------------------------------- stamps
 
 
-def test_one_stamp_name_and_the_legacy_one_read_too():
-    assert STAMP == "t" and LEGACY_STAMP == "at"
+def test_one_stamp_name():
+    assert STAMP == "t"
     assert stamped({"run": "r"}, 5.0) == {"run": "r", "t": 5.0}
-    assert stamped({"host": "h"}, 5.0, legacy=True) == {"host": "h", "t": 5.0, "at": 5.0}
     before = stamped({})["t"]
     assert abs(before - time.time()) < 5
-    assert stamp_of({"t": 7, "at": 3}) == 7.0
-    assert stamp_of({"at": 3}) == 3.0  # written before `t`
-    assert stamp_of({"t": None, "at": 3}) == 3.0
+    assert stamp_of({"t": 7}) == 7.0
+    assert stamp_of({"t": None}) is None
     assert stamp_of({"t": "12.5"}) == 12.5
     assert stamp_of({}) is None
     with pytest.raises(ValueError):
