@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -35,9 +34,9 @@ from tasks.base import PortalTask
 from tasks.day import DayExport
 from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
-from tasks.secrets import scrub
+from tasks.secrets import say, scrub
 
-from . import alerting, keeping, luigi_run, luigid, probe, steward, takeover
+from . import alert_channels, luigi_run, luigid, probe, retention_run, run_alert, steward, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -48,10 +47,6 @@ INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended
 
 class UsageError(ValueError):
     pass
-
-
-def say(message: str) -> None:
-    print(scrub(message), file=sys.stderr, flush=True)
 
 
 def parse_day(name: str, value: str | None) -> datetime.date:
@@ -131,7 +126,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
-    keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    retention_run.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 
@@ -167,7 +162,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
         if strict:
             raise
         return [str(err)]
-    alerting.note_plan(threads, working)
+    run_alert.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
@@ -239,7 +234,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
 
 
 def all_complete(days: Sequence[datetime.date]) -> bool:
-    return set(days) <= alerting.complete_days(days)
+    return set(days) <= run_alert.complete_days(days)
 
 
 def log_to_stderr() -> None:
@@ -328,7 +323,7 @@ def run_luigi(
                 settle=settle,
                 done=lambda: all_complete(days),
             )
-    keeping.nightly()  # the run's bounded share of removing old state
+    retention_run.nightly()  # the run's bounded share of removing old state
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its
     # status then says nothing went wrong, or "not granted run permission" for tasks done by
     # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
@@ -358,7 +353,7 @@ def export_day(
 ) -> int:
     """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
     preflight, returns when the newest task it made incomplete on purpose had finished."""
-    with alerting.RunAlert(args, [day]) as run:
+    with run_alert.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None
         code = run_luigi(args, [DayExport(day)], [day], redone_at)
@@ -392,7 +387,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         task_limit=limit,
         reverse=args.newest_first,
     )
-    with alerting.RunAlert(args, days) as run:
+    with run_alert.RunAlert(args, days) as run:
         preflight()
         return run.finish(run_luigi(args, [range_task], days))  # non-zero when a day of the range is missing
 
@@ -435,7 +430,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_alert_test(args: argparse.Namespace) -> int:
-    return alerting.alert_test()
+    return alert_channels.alert_test()
 
 
 def cmd_clear_breaker(args: argparse.Namespace) -> int:
@@ -457,7 +452,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from . import history  # SQLAlchemy: a tenth of a second at every other command's start
 
     url = scheduler_url()
-    keep = keeping.keep_s()
+    keep = retention_run.keep_s()
     events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
@@ -470,11 +465,11 @@ def show(message: str) -> None:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    return keeping.cmd_state(show)
+    return retention_run.cmd_state(show)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    return keeping.cmd_prune(show, args.dry_run)
+    return retention_run.cmd_prune(show, args.dry_run)
 
 
 def cmd_scheduler_stop(args: argparse.Namespace) -> int:
@@ -482,15 +477,15 @@ def cmd_scheduler_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_server(args: argparse.Namespace) -> int:
-    from . import metrics  # prometheus_client: only this command needs it
+    from . import metrics_server  # prometheus_client: only this command needs it
 
     try:
-        port = metrics.parse_port(args.port)
+        port = metrics_server.parse_port(args.port)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if not args.bind.strip():
         raise UsageError("METRICS_BIND is empty: give an address (127.0.0.1 by default)")
-    return metrics.serve(port, args.bind.strip(), say)
+    return metrics_server.serve(port, args.bind.strip(), say)
 
 
 def build_parser() -> argparse.ArgumentParser:

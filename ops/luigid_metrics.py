@@ -13,7 +13,7 @@ from typing import Any
 
 from luigi.contrib.prometheus_metric import PrometheusMetricsCollector
 
-from .metrics import PortalExportCollector
+from .metrics_server import PortalExportCollector
 
 
 class LuigidMetrics(PrometheusMetricsCollector):

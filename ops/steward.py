@@ -299,7 +299,7 @@ class Steward:
         if self._owner:
             self.caplog.set_busy(None)
             self.cap_file.clear(self.run)
-        others = self.runs.live(self.key)  # and the heartbeats of runs that were killed are deleted
+        others = self.runs.prune_dead(self.key)
         if not self.url or others:
             return
         # The last run out: luigid keeps the configured cap until a run follows the plan again. A

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys
+from . import store_keys as keys
 from .gate import CapInForce
 from .inflight import InFlight
 from .runs import MIN_TTL_S, Runs

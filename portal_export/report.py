@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from . import keys
+from . import store_keys
 from .errors import ExportError
 from .store import LocalStore, Store, read_json
 
@@ -66,8 +66,8 @@ COLUMNS = (
     "idle_slot_seconds",
 )
 
-DAY_FILE = re.compile(re.escape(keys.DAY_PREFIX) + r"(\d{4}-\d{2}-\d{2})" + re.escape(keys.HEALTH_SUFFIX))
-FAILED_FILE = keys.FAILED_HEALTH
+DAY_FILE = re.compile(re.escape(store_keys.DAY_PREFIX) + r"(\d{4}-\d{2}-\d{2})" + re.escape(store_keys.HEALTH_SUFFIX))
+FAILED_FILE = store_keys.FAILED_HEALTH
 
 COLOR_P95 = "#1f77b4"
 COLOR_MEDIAN = "#ff7f0e"
@@ -114,8 +114,8 @@ def _parse_day(text: str) -> datetime.date | None:
 def _health_files(store: Store) -> list[tuple[datetime.date, str, str]]:
     """(day, "ok" | "failed", key) for every health object name that holds a valid date: two listings."""
     found: list[tuple[datetime.date, str, str]] = []
-    for key in store.list(keys.DAY_PREFIX):
-        if not key.endswith(keys.HEALTH_SUFFIX) or "/" in key:
+    for key in store.list(store_keys.DAY_PREFIX):
+        if not key.endswith(store_keys.HEALTH_SUFFIX) or "/" in key:
             continue
         m = DAY_FILE.fullmatch(key)
         day = _parse_day(m.group(1)) if m else None
@@ -123,7 +123,7 @@ def _health_files(store: Store) -> list[tuple[datetime.date, str, str]]:
             log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", store.location(key))
             continue
         found.append((day, "ok", key))
-    for key in store.list(keys.REGIONS):
+    for key in store.list(store_keys.REGIONS):
         parts = key.split("/")
         if len(parts) != 3 or parts[2] != FAILED_FILE:
             continue
@@ -444,7 +444,7 @@ def build_report(
     """
     store = as_store(data)
     frame = load_health(store)
-    out, prefix = (store, keys.REPORT) if out_dir is None else (as_store(out_dir), "")
+    out, prefix = (store, store_keys.REPORT) if out_dir is None else (as_store(out_dir), "")
 
     text = frame.to_csv(index=False, date_format="%Y-%m-%d", float_format="%.10g", lineterminator="\n")
     out.write(prefix + CSV_NAME, text.encode("utf-8"))

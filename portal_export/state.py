@@ -2,7 +2,7 @@
 a chain of numbered generations, and a serial for names.
 
 The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `lease.py`,
-`alert_once.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `keys.py`.
+`alert_claim.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `store_keys.py`.
 
 - `read_dict`: an object is a JSON dict, or nothing. Any host may find an object half-written by a
   foreign tool, or of another shape; each caller says what a garbled one means to it.
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import keys
+from . import store_keys
 from .store import Store, read_json
 
 # ------------------------------------------------------------------------------------ objects
@@ -156,14 +156,14 @@ def alive(
 
 def store_now(store: Store) -> float:
     """The store's time now (`Store.modified`'s, from the listing of the runs' few heartbeats)."""
-    return store.written(keys.RUNS)[1]
+    return store.written(store_keys.RUNS)[1]
 
 
 # ----------------------------------------------------------------------------- generation chain
 
 
 class Chain:
-    """Numbered generations under the folder `prefix` (`keys.generation`): n + 1 follows n.
+    """Numbered generations under the folder `prefix` (`store_keys.generation`): n + 1 follows n.
 
     Each generation is created once, with the store's conditional `create`: of two writers of one
     number, on any hosts, exactly one wins, and the other learns it and can read the winner's. The
@@ -177,14 +177,14 @@ class Chain:
         self.first = first
 
     def key(self, n: int) -> str:
-        return keys.generation(self.prefix, n)
+        return store_keys.generation(self.prefix, n)
 
     def newest(self) -> int | None:
         """The newest generation's number (one LIST); None when there is none yet.
 
         ValueError when a `.json` object of the folder is no generation (nothing of ours writes one).
         """
-        found = [keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
+        found = [store_keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
         return max((n for n in found if n is not None), default=None)
 
     def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:

@@ -8,8 +8,8 @@ import luigi
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
-from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
+from portal_export.retry_policy import export_region
 from portal_export.store import write_json
 
 from . import config, targets

@@ -17,7 +17,7 @@ import time
 
 import luigi
 
-from portal_export import keys
+from portal_export import store_keys as keys
 from portal_export.store import LocalStore, Store
 
 from . import config

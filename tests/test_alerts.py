@@ -2,7 +2,7 @@
 
 import datetime
 
-from portal_export.alerts import MissingDay, RunFacts, progress_line, summarize
+from portal_export.alert_text import MissingDay, RunFacts, progress_line, summarize
 from portal_export.failures import clear_failure, read_failure, write_failure
 from portal_export.store import LocalStore
 

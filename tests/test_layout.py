@@ -72,7 +72,7 @@ def test_the_protocol_stand_ins_import_nothing_of_the_project():
     [
         ("tasks", {"ops", "sandbox", "bench"}),  # what `luigi --module tasks` loads
         ("ops.cli", {"sandbox", "bench"}),
-        ("portal_export.export", {"tasks", "ops", "sandbox", "luigi"}),
+        ("portal_export.retry_policy", {"tasks", "ops", "sandbox", "luigi"}),
     ],
 )
 def test_importing_a_room_loads_nothing_beyond_its_arrows(module, must_not_load):

@@ -15,8 +15,8 @@ import responses
 
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import KeyLevelError, PermanentError, TokenRefused, TransientError
-from portal_export.export import export_region
 from portal_export.portal import Delivery, export_once, parse_page
+from portal_export.retry_policy import export_region
 
 API = "https://ocr.test"
 PORTAL = "https://portal.test"

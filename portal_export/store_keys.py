@@ -23,7 +23,7 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
         plan-busy.json                                the busy-plan verdict (`caplog.py`)
         cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
         governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
-        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_once.py`)
+        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_claim.py`)
 """
 
 from __future__ import annotations
