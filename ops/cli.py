@@ -76,9 +76,6 @@ def scheduler_url() -> str:
     return url
 
 
-scheduler_answers = luigid.answers
-
-
 def choose_scheduler() -> str | None:
     """The central scheduler's URL when SCHEDULER asks for it (and it answers); None: the local one.
 
@@ -140,7 +137,7 @@ def preflight() -> None:
 def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
     for resource in luigid.remote(url).resource_list():
-        if resource["name"] == "captchaai":
+        if resource["name"] == config.RESOURCE:
             return int(resource["num_total"])
     return 1  # luigid's default for a resource its config does not declare
 
@@ -153,7 +150,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
     if url:
         cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
     else:
-        cap, where = luigi.configuration.get_config().getint("resources", "captchaai", 1), "[resources] captchaai"
+        cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
     workers = worker_count(args)
     try:
         threads, working = make_solver().threads()
