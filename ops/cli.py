@@ -142,8 +142,11 @@ def luigid_cap(url: str) -> int:
     return 1  # luigid's default for a resource its config does not declare
 
 
-def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None = None) -> list[str]:
-    """Compare plan threads with the cap and workers; returns the problems (printed).
+def plan_check(
+    args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
+) -> tuple[list[str], steward.PlanSeen | None]:
+    """Compare plan threads with the cap and workers; returns the problems (printed) and the reading
+    (None when CaptchaAI did not answer), which `run`'s alert notes too.
 
     With a central scheduler at `url` the cap compared is luigid's, the one that holds.
     """
@@ -158,8 +161,9 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
         say(f"{'' if strict else 'warning: '}plan check: CaptchaAI answered {err}")
         if strict:
             raise
-        return [str(err)]
-    run_alert.note_plan(threads, working)
+        return [str(err)], None
+    if run is not None:
+        run.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
@@ -172,7 +176,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
             "solves wait for threads to free up"
         )
-    return problems
+    return problems, steward.PlanSeen(threads, working)
 
 
 def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
@@ -288,15 +292,17 @@ def run_luigi(
     tasks: Sequence[luigi.Task],
     days: Sequence[datetime.date],
     redone_at: float | None = None,
+    run: run_alert.RunAlert | None = None,
 ) -> int:
     """Luigi's exit code for the run of `tasks` (which make `days`); 0 for tasks another run
     completed in the meantime.
 
-    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished.
+    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished;
+    `run`: the alert around the run, which notes a busy plan at its start.
     """
     log_to_stderr()
     url = choose_scheduler()
-    plan_check(args, url=url)
+    _, seen = plan_check(args, url=url, run=run)
     if url:
         reenable(url, days)
         if redone_at:
@@ -309,7 +315,7 @@ def run_luigi(
         nonlocal others
         others = wait_for_other_runs(str(url), days, pending=not failed) or others
 
-    with steward.following_plan(url) as factory:  # the cap follows the plan meanwhile
+    with steward.following_plan(url, seen) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
         if url and code != codes.already_running:  # tasks whose host died run again here, in this command
             code = takeover.Takeover(url, portal_tasks(days), say).run(
@@ -353,7 +359,7 @@ def export_day(
     with run_alert.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None
-        code = run_luigi(args, [DayExport(day)], [day], redone_at)
+        code = run_luigi(args, [DayExport(day)], [day], redone_at, run)
         if DayExport(day).complete():
             store = targets.store()
             say(
@@ -386,7 +392,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     with run_alert.RunAlert(args, days) as run:
         preflight()
-        return run.finish(run_luigi(args, [range_task], days))  # non-zero when a day of the range is missing
+        return run.finish(run_luigi(args, [range_task], days, run=run))  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
@@ -422,7 +428,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
     targets.check_store()  # the cap log is read there: a bad store is said before CaptchaAI is asked
     url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
-    problems = plan_check(args, strict=True, url=url)
+    problems, _ = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
 
 

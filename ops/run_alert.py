@@ -32,8 +32,6 @@ from .alert_channels import config_set, deliver
 PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
 NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended before it ran
 
-_active: "RunAlert | None" = None  # the RunAlert of this process's run, which the CLI's plan check reports to
-
 
 def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
     """No e-mail from Luigi itself while it runs in this process: not the worker's per-task
@@ -42,12 +40,6 @@ def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
     failures" mails. No receiver, rather than `format = none`: Luigi then skips each without a log
     line. luigid's config turns its own mails off (ops/luigid.py)."""
     return config_set("email", "receiver", "")
-
-
-def note_plan(threads: int, working: int) -> None:
-    """The plan check at the run's start: every thread working means other consumers hold them all."""
-    if _active is not None and working >= threads:
-        _active.busy_plan = (threads, working)
 
 
 def complete_days(days: Sequence[datetime.date]) -> set[datetime.date]:
@@ -158,8 +150,6 @@ class RunAlert:
         self._mails = luigi_mails_off()
 
     def __enter__(self) -> "RunAlert":
-        global _active
-        _active = self
         self._mails.__enter__()
         self._thread.start()
         return self
@@ -184,15 +174,18 @@ class RunAlert:
                     self.done.append(day)
                     say(alert_text.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
 
+    def note_plan(self, threads: int, working: int) -> None:
+        """The plan check at the run's start: every thread working means other consumers hold them all."""
+        if working >= threads:
+            self.busy_plan = (threads, working)
+
     def _stop_watching(self) -> None:
-        global _active
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join()
         self._progress()  # every day completed gets its line before the summary
         self._mails.__exit__(None, None, None)
-        _active = None
 
     def facts(self, code: int, stopped: str | None = None) -> alert_text.RunFacts:
         regions = config.regions()

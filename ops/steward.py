@@ -19,6 +19,7 @@ configured cap back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -51,8 +52,20 @@ from .scheduler_url import bare, shown
 log = logging.getLogger(__name__)
 LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
 REMOTE_LEND_EVERY_S = 0.5
-# The run's plan check (`describe`) and its governor's first reading are one threadsinfo request.
-_checked: tuple[int, int, float] | None = None
+FRESH_S = 5.0  # a plan check this young is the governor's first reading: one threadsinfo request for both
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSeen:
+    """The plan as the run's plan check read it: (threads, working), and when (time.monotonic)."""
+
+    threads: int
+    working: int
+    at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def fresh(self) -> tuple[int, int] | None:
+        """The reading while it is young enough to stand for the governor's first; else None."""
+        return (self.threads, self.working) if time.monotonic() - self.at < FRESH_S else None
 
 
 class LocalCap:
@@ -325,9 +338,10 @@ def plan_client() -> CaptchaAI:
 
 
 @contextlib.contextmanager
-def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
+def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[WorkerSchedulerFactory]:
     """Around a run: the worker_scheduler_factory that keeps its captchaai total at the cap in force
-    (following the plan, or the configured cap) plus the regions that wait.
+    (following the plan, or the configured cap) plus the regions that wait. `seen`: the run's plan
+    check, its governor's first reading while fresh.
 
     Its workers keep alive: a run that finds every captchaai slot taken (on luigid, by other runs;
     locally, held back by the cap) waits its turn instead of exiting with regions unrun.
@@ -335,7 +349,7 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     os.environ[RUN_STARTED] = str(time.time())
     os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:
-        with _stewarded(url, config.captchaai().follow_plan) as factory:
+        with _stewarded(url, config.captchaai().follow_plan, seen.fresh() if seen else None) as factory:
             yield factory
     finally:
         os.environ.pop(RUN_STARTED, None)
@@ -343,12 +357,7 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
 
 
 @contextlib.contextmanager
-def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory]:
-    global _checked
-    seen = None
-    if _checked is not None and time.monotonic() - _checked[2] < 5:
-        seen = _checked[:2]
-    _checked = None
+def _stewarded(url: str | None, follow: bool, seen: tuple[int, int] | None) -> Iterator[WorkerSchedulerFactory]:
     steward = Steward(url, seen, follow)
     steward.start()
     try:
@@ -364,8 +373,6 @@ def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory
 
 def describe(url: str | None, threads: int, working: int) -> str:
     """`make plan`'s line on the cap that follows the plan (also said at the start of every run)."""
-    global _checked
-    _checked = (threads, working, time.monotonic())
     cfg = config.captchaai()
     configured = configured_cap()
     if not cfg.follow_plan:
