@@ -87,10 +87,10 @@ class LocalCap:
 
 
 class WorkerCount:
-    """The run's Luigi worker: its process count follows the slots (at most [core] workers), as
-    workers = cap did before slots were lent. With spare processes Luigi's worker asks the scheduler
-    for work every `wait_interval` while all slots are taken (measured: luigid's CPU 40 -> 75 s over
-    the 365-day run); with none it waits for a task to end, and asks again when a slot is lent."""
+    """The run's Luigi worker: its process count follows the slots (at most [core] workers). With
+    spare processes Luigi's worker asks the scheduler for work every `wait_interval` while all slots
+    are taken, which costs luigid CPU; with none it waits for a task to end, and asks again when a
+    slot is lent."""
 
     def __init__(self) -> None:
         self.worker: Any = None
@@ -123,9 +123,8 @@ def _scheduler_key(url: str) -> str:
 
 
 def lend_every_s(store: Store) -> float:
-    """How often the owner counts the regions that wait: a LIST each, so every 0.5 s on an object
-    store (measured in make bench's object-store row: at 0.25 s its 450 LISTs, on the two cores the
-    store shares, took the makespan from 1.03 to 1.05 of the local disk's)."""
+    """How often the owner counts the regions that wait: a LIST each, so less often on an object
+    store, whose LISTs cost the store's CPU that the solves' requests need too."""
     return LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
 
 
