@@ -69,6 +69,14 @@ def day_of(key: str) -> tuple[datetime.date, str] | None:
     return None if date is None else (date, stem[10:])
 
 
+def failed_health_day(key: str) -> datetime.date | None:
+    """The day of a `failed_health` key; None when the key is no such object or spells no valid day."""
+    parts = key.split("/")
+    if len(parts) != 3 or f"{parts[0]}/" != REGIONS or parts[2] != FAILED_HEALTH:
+        return None
+    return _date(parts[1])
+
+
 def day_objects_prefix(dates: list[datetime.date]) -> str:
     """What the day objects' names of `dates` share (`portal_records_2026-06-`): one listing covers them all."""
     return os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in dates])
@@ -85,14 +93,6 @@ def region(date: datetime.date, name: str) -> str:
 def failed_health(date: datetime.date) -> str:
     """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
     return f"{region_dir(date)}{FAILED_HEALTH}"
-
-
-def failed_health_day(key: str) -> datetime.date | None:
-    """The day of a `failed_health` key; None when the key is no such object or spells no valid day."""
-    parts = key.split("/")
-    if len(parts) != 3 or f"{parts[0]}/" != REGIONS or parts[2] != FAILED_HEALTH:
-        return None
-    return _date(parts[1])
 
 
 def failures_prefix(date: datetime.date) -> str:
