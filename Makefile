@@ -14,7 +14,8 @@ LUIGI_SCHEDULER_URL ?= http://127.0.0.1:8082
 # make scheduler: the address luigid listens on; empty: loopback. Beyond loopback it has no
 # authentication: docs/operations.md "luigid on a network, behind a proxy"
 SCHEDULER_BIND ?=
-# make metrics-server: GET /metrics on this address and port (docs/monitoring.md)
+# make metrics-server: GET /metrics on this address and port (docs/monitoring.md); 9464 is the port
+# Prometheus's list of default exporter ports gives OpenTelemetry's exporters
 METRICS_PORT ?= 9464
 METRICS_BIND ?= 127.0.0.1
 # make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
@@ -30,8 +31,7 @@ export SCHEDULER LUIGI_SCHEDULER_URL
 COVER_TOTAL ?= 92
 COVER_CORE ?= 95
 # make test: pytest-xdist worker processes (0: all in one process). The live tests mostly wait on
-# servers: on this 2-core machine, quiet, 707 tests took 338 s on 3 workers against 375 s on 2, same
-# coverage (the suite then keeps 1.7 cores busy: more workers would only queue for them)
+# servers, so one worker more than a 2-core machine's cores is fastest (bench/results.md, "Settings")
 TEST_WORKERS ?= 3
 # make test-pythons: the Pythons the README claims (docs/development.md)
 PYTHONS ?= 3.10 3.11 3.12 3.13
@@ -46,11 +46,9 @@ RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 # The venv is stamped on the install inputs: rebuilt when they change, and only then. It installs
 # exactly the hashed pins of requirements.lock (the same versions on every machine, whatever PyPI
 # released since), then the project itself without dependencies; `pip check` proves the pins whole.
-# pip installs the lock's uv (its pin and hashes cut from the lock), and uv the rest: 10 s against
-# pip's 45 s for the whole lock on this 2-core machine. Then bytecode, compiled once here because
-# this machine and CI set PYTHONDONTWRITEBYTECODE (every process would compile what it imports),
-# but not for the packages' own test suites, which nothing imports (pandas' alone is 1,000 files):
-# 5 s against 9 s for uv's --compile-bytecode of everything.
+# pip installs the lock's uv (its pin and hashes cut from the lock), and uv the rest, several times
+# faster. Then bytecode, compiled once here because CI sets PYTHONDONTWRITEBYTECODE (every process
+# would compile what it imports), but not for the packages' own test suites, which nothing imports.
 UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps
 $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -75,9 +73,9 @@ lock: $(VENV)/.installed ## rewrite requirements.lock from setup.cfg and build-r
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-# The suite starts ~400 Python processes (the CLI, luigid, hosts). Where PYTHONDONTWRITEBYTECODE is
-# set (this machine and CI set it) Python caches nothing it compiles, so each compiled the project's
-# modules anew, ~0.1 s of CPU a start: compiled once before the suite instead.
+# The suite starts hundreds of Python processes (the CLI, luigid, hosts). Where PYTHONDONTWRITEBYTECODE
+# is set (CI sets it) Python caches nothing it compiles: the project is compiled once before the suite
+# instead of at every process's start.
 COMPILE := $(PY) -m compileall -q -j 0 portal_export tasks ops sandbox tests bench >/dev/null
 # pytest's arguments for TEST_WORKERS xdist processes (none for 0)
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)

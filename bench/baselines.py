@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import ExportError, TransientError
-from portal_export.export import backoff, export_region
+from portal_export.retry_policy import backoff, export_region
 
 from . import config
 

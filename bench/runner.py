@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from portal_export import keys
+from portal_export import store_keys as keys
 from portal_export.caplog import CapLog
 from portal_export.region_file import read_facts
 from portal_export.store import LocalStore

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from portal_export import keys
+from portal_export import store_keys as keys
 from sandbox import Sandbox
 
 from . import config, runner

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from portal_export import keys
+from portal_export import store_keys as keys
 from portal_export.metrics import Metrics
 from portal_export.store import LocalStore, write_json
 from sandbox import SANDBOX_KEY, Sandbox
@@ -58,7 +58,7 @@ def scrape(env, days):
 
 def _scrape_main(days):
     """The metrics server's collector (store_up among its series), its clock at noon of each day."""
-    from ops import metrics as served
+    from ops import metrics_server as served
 
     out = {}
     for text in days:

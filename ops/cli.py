@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -36,9 +35,9 @@ from tasks.base import PortalTask
 from tasks.day import DayExport
 from tasks.login import check_login
 from tasks.region import RegionExport, make_solver
-from tasks.secrets import scrub
+from tasks.secrets import say, scrub
 
-from . import alerting, heal, keeping, luigi_run, luigid, probe, steward, stopping, takeover
+from . import alert_channels, heal, luigi_run, luigid, probe, retention_run, run_alert, steward, stopping, takeover
 from . import scheduler_url as central
 
 DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
@@ -50,10 +49,6 @@ TERMINATED = 143  # and for one that SIGTERM ended (128 + SIGTERM)
 
 class UsageError(ValueError):
     pass
-
-
-def say(message: str) -> None:
-    print(scrub(message), file=sys.stderr, flush=True)
 
 
 def parse_day(name: str, value: str | None, why: str = "") -> datetime.date:
@@ -97,9 +92,6 @@ def scheduler_url() -> str:
     if problem:
         raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
     return url
-
-
-scheduler_answers = luigid.answers
 
 
 def choose_scheduler() -> str | None:
@@ -149,7 +141,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
-    keeping.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    retention_run.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
     heal.after_s()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
@@ -164,20 +156,23 @@ def preflight() -> None:
 def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
     for resource in luigid.remote(url).resource_list():
-        if resource["name"] == "captchaai":
+        if resource["name"] == config.RESOURCE:
             return int(resource["num_total"])
     return 1  # luigid's default for a resource its config does not declare
 
 
-def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None = None) -> list[str]:
-    """Compare plan threads with the cap and workers; returns the problems (printed).
+def plan_check(
+    args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
+) -> tuple[list[str], steward.PlanSeen | None]:
+    """Compare plan threads with the cap and workers; returns the problems (printed) and the reading
+    (None when CaptchaAI did not answer), which `run`'s alert notes too.
 
     With a central scheduler at `url` the cap compared is luigid's, the one that holds.
     """
     if url:
         cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
     else:
-        cap, where = luigi.configuration.get_config().getint("resources", "captchaai", 1), "[resources] captchaai"
+        cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
     workers = worker_count(args)
     try:
         threads, working = make_solver().threads()
@@ -185,8 +180,9 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
         say(f"{'' if strict else 'warning: '}plan check: CaptchaAI answered {err}")
         if strict:
             raise
-        return [str(err)]
-    alerting.note_plan(threads, working)
+        return [str(err)], None
+    if run is not None:
+        run.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
@@ -199,7 +195,7 @@ def plan_check(args: argparse.Namespace, strict: bool = False, url: str | None =
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
             "solves wait for threads to free up"
         )
-    return problems
+    return problems, steward.PlanSeen(threads, working)
 
 
 def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
@@ -258,7 +254,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
 
 
 def all_complete(days: Sequence[datetime.date]) -> bool:
-    return set(days) <= alerting.complete_days(days)
+    return set(days) <= run_alert.complete_days(days)
 
 
 def log_to_stderr() -> None:
@@ -315,15 +311,17 @@ def run_luigi(
     tasks: Sequence[luigi.Task],
     days: Sequence[datetime.date],
     redone_at: float | None = None,
+    run: run_alert.RunAlert | None = None,
 ) -> int:
     """Luigi's exit code for the run of `tasks` (which make `days`); 0 for tasks another run
     completed in the meantime.
 
-    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished.
+    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished;
+    `run`: the alert around the run, which notes a busy plan at its start.
     """
     log_to_stderr()
     url = choose_scheduler()
-    plan_check(args, url=url)
+    _, seen = plan_check(args, url=url, run=run)
     if url:
         reenable(url, days)
         if redone_at:
@@ -336,7 +334,7 @@ def run_luigi(
         nonlocal others
         others = wait_for_other_runs(str(url), days, pending=not failed) or others
 
-    with steward.following_plan(url) as factory:  # the cap follows the plan meanwhile
+    with steward.following_plan(url, seen) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
         if url and code != codes.already_running:  # tasks whose host died run again here, in this command
             code = takeover.Takeover(url, portal_tasks(days), say).run(
@@ -347,7 +345,7 @@ def run_luigi(
                 settle=settle,
                 done=lambda: all_complete(days),
             )
-    keeping.nightly()  # the run's bounded share of removing old state
+    retention_run.nightly()  # the run's bounded share of removing old state
     # The worker ends early when tasks of these days run in another run's worker (on luigid): its
     # status then says nothing went wrong, or "not granted run permission" for tasks done by
     # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
@@ -377,10 +375,10 @@ def export_day(
 ) -> int:
     """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
     preflight, returns when the newest task it made incomplete on purpose had finished."""
-    with alerting.RunAlert(args, [day]) as run:
+    with run_alert.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None
-        code = run_luigi(args, [DayExport(day)], [day], redone_at)
+        code = run_luigi(args, [DayExport(day)], [day], redone_at, run)
         if DayExport(day).complete():
             store = targets.store()
             say(
@@ -413,10 +411,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         task_limit=limit,
         reverse=args.newest_first,
     )
-    with alerting.RunAlert(args, days) as run:
+    with run_alert.RunAlert(args, days) as run:
         preflight()
         redone_at = heal.heal(days, say)
-        return run.finish(run_luigi(args, [range_task], days, redone_at))  # non-zero when a day of the range is missing
+        return run.finish(
+            run_luigi(args, [range_task], days, redone_at, run=run)
+        )  # non-zero when a day of the range is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
@@ -438,12 +438,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config.api_key()
     targets.check_store()  # the cap log is read there: a bad store is said before CaptchaAI is asked
     url = choose_scheduler()  # the cap that holds is luigid's when runs go through one
-    problems = plan_check(args, strict=True, url=url)
+    problems, _ = plan_check(args, strict=True, url=url)
     return 1 if problems else 0
 
 
 def cmd_alert_test(args: argparse.Namespace) -> int:
-    return alerting.alert_test()
+    return alert_channels.alert_test()
 
 
 def cmd_clear_breaker(args: argparse.Namespace) -> int:
@@ -465,7 +465,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from . import history  # SQLAlchemy: a tenth of a second at every other command's start
 
     url = scheduler_url()
-    keep = keeping.keep_s()
+    keep = retention_run.keep_s()
     events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
@@ -478,11 +478,11 @@ def show(message: str) -> None:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    return keeping.cmd_state(show)
+    return retention_run.cmd_state(show)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    return keeping.cmd_prune(show, args.dry_run)
+    return retention_run.cmd_prune(show, args.dry_run)
 
 
 def cmd_scheduler_stop(args: argparse.Namespace) -> int:
@@ -490,15 +490,15 @@ def cmd_scheduler_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_server(args: argparse.Namespace) -> int:
-    from . import metrics  # prometheus_client: only this command needs it
+    from . import metrics_server  # prometheus_client: only this command needs it
 
     try:
-        port = metrics.parse_port(args.port)
+        port = metrics_server.parse_port(args.port)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if not args.bind.strip():
         raise UsageError("METRICS_BIND is empty: give an address (127.0.0.1 by default)")
-    return metrics.serve(port, args.bind.strip(), say)
+    return metrics_server.serve(port, args.bind.strip(), say)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,11 +22,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import luigi.configuration
-import requests
+import luigi.rpc
 
 from tasks import config, targets
 
 from . import stopping
+from .scheduler_url import answers
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
@@ -39,15 +40,6 @@ LUIGID = Path(sys.executable).with_name("luigid")
 METRICS_IMPORT = "ops.luigid_metrics.LuigidMetrics"
 # [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
 S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-
-
-def answers(url: str) -> bool:
-    """Whether anything answers HTTP at `url` (a scheduler, if it is one)."""
-    try:
-        requests.get(url, timeout=2, allow_redirects=False)
-    except requests.RequestException:
-        return False
-    return True
 
 
 def remote(url: str) -> Any:

@@ -15,7 +15,7 @@ from luigi.contrib.prometheus_metric import PrometheusMetricsCollector
 
 import tasks
 
-from .metrics import PortalExportCollector
+from .metrics_server import PortalExportCollector
 
 
 class LuigidMetrics(PrometheusMetricsCollector):

@@ -51,6 +51,14 @@ def bare(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
+def answers(url: str) -> bool:
+    """Whether anything answers HTTP at `url` (a scheduler, if it is one); a TLS failure is no answer."""
+    try:
+        return status(url) is not None
+    except requests.exceptions.SSLError:
+        return False
+
+
 def status(url: str) -> int | None:
     """The HTTP status something at `url` answers (sent with the URL's credentials); None when
     nothing answers. A certificate that fails verification raises requests.exceptions.SSLError."""

@@ -19,6 +19,7 @@ configured cap back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -53,8 +54,20 @@ from .scheduler_url import bare, shown
 log = logging.getLogger(__name__)
 LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
 REMOTE_LEND_EVERY_S = 0.5
-# The run's plan check (`describe`) and its governor's first reading are one threadsinfo request.
-_checked: tuple[int, int, float] | None = None
+FRESH_S = 5.0  # a plan check this young is the governor's first reading: one threadsinfo request for both
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSeen:
+    """The plan as the run's plan check read it: (threads, working), and when (time.monotonic)."""
+
+    threads: int
+    working: int
+    at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def fresh(self) -> tuple[int, int] | None:
+        """The reading while it is young enough to stand for the governor's first; else None."""
+        return (self.threads, self.working) if time.monotonic() - self.at < FRESH_S else None
 
 
 class LocalCap:
@@ -76,10 +89,10 @@ class LocalCap:
 
 
 class WorkerCount:
-    """The run's Luigi worker: its process count follows the slots (at most [core] workers), as
-    workers = cap did before slots were lent. With spare processes Luigi's worker asks the scheduler
-    for work every `wait_interval` while all slots are taken (measured: luigid's CPU 40 -> 75 s over
-    the 365-day run); with none it waits for a task to end, and asks again when a slot is lent."""
+    """The run's Luigi worker: its process count follows the slots (at most [core] workers). With
+    spare processes Luigi's worker asks the scheduler for work every `wait_interval` while all slots
+    are taken, which costs luigid CPU; with none it waits for a task to end, and asks again when a
+    slot is lent."""
 
     def __init__(self) -> None:
         self.worker: Any = None
@@ -112,9 +125,8 @@ def _scheduler_key(url: str) -> str:
 
 
 def lend_every_s(store: Store) -> float:
-    """How often the owner counts the regions that wait: a LIST each, so every 0.5 s on an object
-    store (measured in make bench's object-store row: at 0.25 s its 450 LISTs, on the two cores the
-    store shares, took the makespan from 1.03 to 1.05 of the local disk's)."""
+    """How often the owner counts the regions that wait: a LIST each, so less often on an object
+    store, whose LISTs cost the store's CPU that the solves' requests need too."""
     return LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
 
 
@@ -301,7 +313,7 @@ class Steward:
         if self._owner:
             self.caplog.set_busy(None)
             self.cap_file.clear(self.run)
-        others = self.runs.live(self.key)  # and the heartbeats of runs that were killed are deleted
+        others = self.runs.prune_dead(self.key)
         if not self.url or others:
             return
         # The last run out: luigid keeps the configured cap until a run follows the plan again. A
@@ -327,9 +339,10 @@ def plan_client() -> CaptchaAI:
 
 
 @contextlib.contextmanager
-def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
+def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[WorkerSchedulerFactory]:
     """Around a run: the worker_scheduler_factory that keeps its captchaai total at the cap in force
-    (following the plan, or the configured cap) plus the regions that wait.
+    (following the plan, or the configured cap) plus the regions that wait. `seen`: the run's plan
+    check, its governor's first reading while fresh.
 
     Its workers keep alive: a run that finds every captchaai slot taken (on luigid, by other runs;
     locally, held back by the cap) waits its turn instead of exiting with regions unrun.
@@ -337,7 +350,7 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
     os.environ[RUN_STARTED] = str(time.time())
     os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:
-        with _stewarded(url, config.captchaai().follow_plan) as factory:
+        with _stewarded(url, config.captchaai().follow_plan, seen.fresh() if seen else None) as factory:
             yield factory
     finally:
         os.environ.pop(RUN_STARTED, None)
@@ -345,12 +358,7 @@ def following_plan(url: str | None) -> Iterator[WorkerSchedulerFactory]:
 
 
 @contextlib.contextmanager
-def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory]:
-    global _checked
-    seen = None
-    if _checked is not None and time.monotonic() - _checked[2] < 5:
-        seen = _checked[:2]
-    _checked = None
+def _stewarded(url: str | None, follow: bool, seen: tuple[int, int] | None) -> Iterator[WorkerSchedulerFactory]:
     steward = Steward(url, seen, follow)
     steward.start()
     try:
@@ -372,8 +380,6 @@ def _stewarded(url: str | None, follow: bool) -> Iterator[WorkerSchedulerFactory
 
 def describe(url: str | None, threads: int, working: int) -> str:
     """`make plan`'s line on the cap that follows the plan (also said at the start of every run)."""
-    global _checked
-    _checked = (threads, working, time.monotonic())
     cfg = config.captchaai()
     configured = configured_cap()
     if not cfg.follow_plan:

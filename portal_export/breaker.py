@@ -9,12 +9,12 @@ fingerprint of the key, never the key).
 
 import hashlib
 
-from . import keys
+from . import store_keys
 from .errors import KeyLevelError
 from .state import read_dict
 from .store import Store, write_json
 
-PREFIX = keys.BREAKERS
+PREFIX = store_keys.BREAKERS
 UNREADABLE = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}  # a garbled breaker is open
 
 
@@ -28,7 +28,7 @@ class KeyBreaker:
 
     def __init__(self, store: Store, api_key: str, advice: str = "fix the key or plan") -> None:
         self.store = store
-        self.key = keys.breaker(fingerprint(api_key))
+        self.key = store_keys.breaker(fingerprint(api_key))
         self.advice = advice
 
     @property

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
-from . import keys
+from . import store_keys
 from .state import read_dict, serial, stamped
 from .store import Store, write_json
 
@@ -58,8 +58,8 @@ class CapLog:
     what `seconds_below` needs, so counting costs one listing, not a read per change.
     """
 
-    PREFIX = keys.CAP_LOG
-    BUSY = keys.PLAN_BUSY
+    PREFIX = store_keys.CAP_LOG
+    BUSY = store_keys.PLAN_BUSY
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -69,7 +69,7 @@ class CapLog:
         t = time.time()
         entry: Change = {"t": t, "cap": cap, "configured": configured, "reason": reason, "run": run}
         # the serial: two changes in one microsecond of one process keep two names
-        write_json(self.store, keys.cap_change(t, cap, configured, run, serial()), entry)
+        write_json(self.store, store_keys.cap_change(t, cap, configured, run, serial()), entry)
         self._noted = t
 
     def still(self, cap: int, configured: int, run: str) -> None:
@@ -82,9 +82,9 @@ class CapLog:
         when None) and their keys, in the order the store took them (its clock: owners on hosts whose
         clocks disagree follow one another in the log as they did in time)."""
         out: list[tuple[float, Change, str]] = []
-        start_after = "" if since is None else keys.cap_changes_from(since - LOOKBACK_S)
+        start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
         for key, _, at in self.store.entries(self.PREFIX, start_after):
-            parsed = keys.cap_change_of(key)
+            parsed = store_keys.cap_change_of(key)
             if parsed is None:
                 continue  # not one of ours
             t, cap, configured, run = parsed

@@ -279,7 +279,7 @@ class CaptchaAI:
     def _in_flight(self) -> contextlib.AbstractContextManager[None]:
         if self._gate is not None:
             return self._gate.solving()
-        return self._inflight.solving() if self._inflight is not None else contextlib.nullcontext()
+        return self._inflight.marked() if self._inflight is not None else contextlib.nullcontext()
 
     def threads(self) -> tuple[int, int]:
         """(plan threads, threads working now)."""

@@ -18,8 +18,7 @@ from .runs import current_run
 from .state import read_dict, stamped
 from .store import Store, write_json
 
-# Stamped `t` and, as records were before, `at` (`state.stamped`): hosts of an earlier version read that.
-UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "detail": ""}, 0.0, legacy=True)
+UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "detail": ""}, 0.0)
 
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
@@ -27,7 +26,7 @@ def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
     write_json(
         store,
         key,
-        stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()}, legacy=True),
+        stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()}),
     )
 
 

@@ -4,8 +4,8 @@ An orchestrator may fork worker processes from the process whose threads follow 
 watch progress (Luigi does, with workers > 1). A fork copies every lock as it is at that instant,
 and a lock another thread held stays held in the child for ever: the child hangs the first time
 it needs it. Python re-initialises its import lock and logging's handler locks in the child, but
-not the lock of a buffered stream such as sys.stderr (measured on 3.10 to 3.13: a child writing to
-stderr while another thread was inside a write hangs), nor any C library's (getaddrinfo's,
+not the lock of a buffered stream such as sys.stderr (a child writing to stderr while another
+thread was inside a write hangs), nor any C library's (getaddrinfo's,
 OpenSSL's). Luigi guards its own keep-alive ping the same way, with a lock its fork also takes.
 
 Background threads hold `guard` around each step that writes output or talks HTTP; every fork in

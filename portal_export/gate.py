@@ -25,11 +25,11 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
-from . import keys
+from . import store_keys
 from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
-from .inflight import InFlight
+from .inflight import InFlight, Marks
 from .runs import Runs, ttl_s
 from .state import read_dict, stamped
 from .store import Store, write_json
@@ -39,14 +39,14 @@ log = logging.getLogger(__name__)
 BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
-class Waiting(InFlight):
+class Waiting(Marks):
     """The regions that wait now (backoff or busy plan), one mark each in `_state/waiting/`."""
 
     kind = "waiting"
 
     def sleep(self, seconds: float) -> None:
         """A backoff: slept as a region that waits, so its slot goes to another region meanwhile."""
-        with self.solving():
+        with self.marked():
             time.sleep(seconds)
 
 
@@ -59,7 +59,7 @@ class CapInForce:
     One GET before each submit tells the cap; the verdict on its owner comes from the runs' listing
     that the marks' count reads anyway."""
 
-    KEY = keys.CAP
+    KEY = store_keys.CAP
 
     def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
@@ -172,9 +172,6 @@ class Gate:
                 self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield
 
-    def poke(self) -> None:
-        self.inflight.poke()
-
     @staticmethod
     def _thread_free(plan: Callable[[], tuple[int, int]]) -> bool:
         try:
@@ -197,13 +194,13 @@ class Gate:
         `every_s`: the poll interval) and returns once a thread is free, or after one plan period. Raises PLAN_BUSY
         once submits have been refused for the deadline in a row. While the cap follows the plan the
         region lends its slot meanwhile; under a fixed cap it keeps it: another region's submit would
-        only be refused as well (measured: 65 refused submits in the bench's 40 s instead of 14).
+        only be refused as well.
         """
         deadline = busy_since + self.deadline_s
         # A reading made after the refusal is one published after it: the owner's `read_at` changes
         # (it is compared for a change, never with this host's clock; the owner's may be off).
         before = self.cap_file.read()
-        with self.waiting.solving() if self.follows_plan else contextlib.nullcontext():
+        with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():
             until = min(self.clock() + self.plan_every_s, deadline)
             look = self.clock() + every_s
             while self.clock() < until:

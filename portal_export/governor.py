@@ -109,7 +109,7 @@ class Plan(Protocol):
 class Signals(Protocol):
     """What the solves tell the governor: which are in flight, and when one was last refused as busy."""
 
-    def names(self) -> set[str]: ...
+    def prune_dead(self) -> set[str]: ...
 
     def last_poke(self) -> float: ...
 
@@ -160,13 +160,13 @@ class Governor:
 
         `seen`: (threads, working) just read by someone else, instead of asking again.
         """
-        before = self.signals.names()
+        before = self.signals.prune_dead()
         try:
             threads, working = seen if seen is not None else self.plan.threads()
         except ExportError as err:
             log.warning("cap: threadsinfo answered %s; the cap stays %s", err, self.cap)
             return None
-        after = self.signals.names()
+        after = self.signals.prune_dead()
         reading = Reading(threads, working, len(before | after), len(before & after))
         current = self.configured if self.cap is None else self.cap
         decision = decide(self.configured, self.spare, reading, current, self._proposed)

@@ -1,11 +1,17 @@
-"""A day's solve health, from the facts each region recorded, and its validation."""
+"""A day's solve health, from the facts each region recorded, and its validation; the health
+records in the store, found and read (the report's and the metrics' one way to read them)."""
 
 import datetime
+import logging
 import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypedDict, cast
 
+from . import store_keys
 from .errors import PermanentError
+from .store import Store, read_json
+
+log = logging.getLogger(__name__)
 
 
 class DayValidationError(PermanentError):
@@ -109,3 +115,44 @@ def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
             f"({', '.join(health['unsolvable_regions'])}), ratio {health['unsolvable_ratio']:.2f} "
             f"> {max_unsolvable_ratio:g}; re-attempt them with `make retry-unsolvable DAY={health['day']}`",
         )
+
+
+def health_keys(store: Store) -> list[tuple[datetime.date, str, str]]:
+    """(day, "ok" | "failed", key) of every health record in `store`: a complete day's and a day's
+    that failed validation; two listings. A name that spells no valid day is skipped with a warning."""
+    found: list[tuple[datetime.date, str, str]] = []
+    for key in store.list(store_keys.DAY_PREFIX):
+        if not key.endswith(store_keys.HEALTH_SUFFIX) or "/" in key:
+            continue
+        parsed = store_keys.day_of(key)
+        if parsed is None or parsed[1] != store_keys.HEALTH_SUFFIX:
+            log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", store.location(key))
+            continue
+        found.append((parsed[0], "ok", key))
+    for key in store.list(store_keys.REGIONS):
+        if key.count("/") != 2 or not key.endswith(f"/{store_keys.FAILED_HEALTH}"):
+            continue
+        day = store_keys.failed_health_day(key)
+        if day is None:
+            log.warning("skipped %s: its directory name is no valid YYYY-MM-DD day", store.location(key))
+            continue
+        found.append((day, "failed", key))
+    return found
+
+
+def read_health(store: Store, key: str, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
+    """The health record at `key`; None when there is none, or (with a warning naming it) when it is
+    garbled, of another shape, or its read raised one of `tolerate` (a garbled one: ValueError)."""
+    try:
+        health = read_json(store, key)
+    except tolerate as err:
+        log.warning("skipped malformed health file %s: %s", store.location(key), err)
+        return None
+    if health is not None and not isinstance(health, dict):
+        log.warning(
+            "skipped malformed health file %s: a JSON object was expected, not %s",
+            store.location(key),
+            type(health).__name__,
+        )
+        return None
+    return health

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from . import keys
+from . import store_keys
 from .runs import Runs, current_run
 from .state import alive, read_dict, serial, stamp_of, stamped
 from .store import LocalStore, Store, write_json
@@ -29,7 +29,7 @@ from .store import LocalStore, Store, write_json
 # quarter of a second at most on a slot that frees, against solves of 15 s and more).
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
-POKE = keys.PLAN_POKE
+POKE = store_keys.PLAN_POKE
 REMOTE_POKE_EVERY_S = 1.0
 
 
@@ -37,21 +37,21 @@ def step_s(store: Store) -> float:
     return LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
 
-class InFlight:
-    """The marks of one kind (`inflight`: solves in flight; `waiting`: regions that wait)."""
+class Marks:
+    """Marks of one kind in the store, one per process that holds one, counted over all hosts;
+    `kind` names their folder (`InFlight`: solves in flight; `gate.Waiting`: regions that wait)."""
 
-    kind = "inflight"
+    kind: str
 
     def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
         self.store = store
         self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
         self.run = run or current_run()
-        self.prefix = keys.marks(self.kind)
+        self.prefix = store_keys.marks(self.kind)
         self.step_s = step_s(store)
-        self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def mark(self) -> str:
-        key = keys.mark(self.kind, self.run, os.getpid(), serial())
+        key = store_keys.mark(self.kind, self.run, os.getpid(), serial())
         self.store.write(key, b"")
         return key
 
@@ -59,7 +59,7 @@ class InFlight:
         self.store.delete(key)
 
     @contextlib.contextmanager
-    def solving(self) -> Iterator[None]:
+    def marked(self) -> Iterator[None]:
         """Counts one mark for as long as the block runs."""
         key = self.mark()
         try:
@@ -71,7 +71,7 @@ class InFlight:
         """A mark counts while its process lives: where its run's pids are ours, its own pid tells;
         elsewhere its run's heartbeat (`Runs.ages`: listed once for every mark judged with the same
         `ages`, empty at first)."""
-        run, pid = keys.mark_of(name)
+        run, pid = store_keys.mark_of(name)
         if not pid.isdigit():
             return False
 
@@ -82,8 +82,8 @@ class InFlight:
 
         return alive(run, age, self.runs.ttl, pid=int(pid), here=lambda: self.runs.here(run))
 
-    def names(self) -> set[str]:
-        """The live marks now, by name; dead ones are deleted."""
+    def prune_dead(self) -> set[str]:
+        """Deletes the dead marks; returns the live ones, by name."""
         live = set()
         ages: dict[str, dict[str, float]] = {}
         for key in self.store.list(self.prefix):
@@ -95,7 +95,18 @@ class InFlight:
         return live
 
     def count(self) -> int:
-        return len(self.names())
+        """The live marks now (dead ones are deleted on the way)."""
+        return len(self.prune_dead())
+
+
+class InFlight(Marks):
+    """This deployment's solves in flight, and the poke that asks for a plan reading at once."""
+
+    kind = "inflight"
+
+    def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
+        super().__init__(store, runs, run)
+        self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def poke(self) -> None:
         """Ask for a plan reading now (a submit was refused for busy threads)."""

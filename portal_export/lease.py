@@ -14,7 +14,7 @@ over.
 
 from __future__ import annotations
 
-from . import keys
+from . import store_keys
 from .runs import Runs
 from .state import Chain, stamped
 from .store import Store
@@ -25,7 +25,7 @@ KEEP = 2  # generations kept: the owner's and the one before it (for the log of 
 class Lease:
     def __init__(self, store: Store, key: str, runs: Runs, run: str) -> None:
         self.store = store
-        self.chain = Chain(store, keys.governor_lease(key), first=1)  # generation 0: nobody held it yet
+        self.chain = Chain(store, store_keys.governor_lease(key), first=1)  # generation 0: nobody held it yet
         self.prefix = self.chain.prefix
         self.runs = runs
         self.run = run

@@ -2,7 +2,7 @@
 
 Every value comes from the store (day files, failure records, `_state/`), so it survives restarts,
 needs no push, and is the same whichever host or process reads it: `make metrics-server` and
-luigid's `/metrics` (`ops/metrics.py`) both serve `Metrics.collect()`. Names and meanings are the
+luigid's `/metrics` (`ops/luigid_metrics.py`) both serve `Metrics.collect()`. Names and meanings are the
 contract's ("Metrics"); no label holds a date, a key or a secret.
 
 A scrape's cost stays bounded however many years of days the store holds:
@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys
+from . import store_keys as keys
 from .gate import CapInForce
+from .health import read_health
 from .inflight import InFlight
 from .redo import Attempt, Redone, Tally, attempts
 from .runs import MIN_TTL_S, Runs
@@ -143,7 +144,7 @@ class Metrics:
 
     def facts(self, day: datetime.date) -> DayFacts:
         if day not in self._days:
-            self._days[day] = DayFacts.of(read_dict(self.store, keys.day_health(day)))
+            self._days[day] = DayFacts.of(read_health(self.store, keys.day_health(day)))
         return self._days[day]
 
     def written(self, day: datetime.date) -> float | None:

@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys
+from . import store_keys as keys
 from .errors import PermanentError
 from .region_file import read_facts
 from .state import read_dict, stamped

@@ -14,11 +14,9 @@ Part of the core package: no Luigi here, so it runs on any copy of the data dir.
 import argparse
 import datetime
 import io
-import json
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,9 +32,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from . import keys
+from . import health, store_keys
 from .errors import ExportError
-from .store import LocalStore, Store, read_json
+from .store import LocalStore, Store
 
 if TYPE_CHECKING:
     from pandas.api.typing import NAType  # for annotations only: pandas.api.typing is new in pandas 2.1
@@ -66,8 +64,6 @@ COLUMNS = (
     "idle_slot_seconds",
 )
 
-DAY_FILE = re.compile(re.escape(keys.DAY_PREFIX) + r"(\d{4}-\d{2}-\d{2})" + re.escape(keys.HEALTH_SUFFIX))
-FAILED_FILE = keys.FAILED_HEALTH
 
 COLOR_P95 = "#1f77b4"
 COLOR_MEDIAN = "#ff7f0e"
@@ -104,54 +100,6 @@ class NoHealthFilesError(FileNotFoundError):
     """No readable health file in the data dir: nothing to report on."""
 
 
-def _parse_day(text: str) -> datetime.date | None:
-    try:
-        return datetime.date.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _health_files(store: Store) -> list[tuple[datetime.date, str, str]]:
-    """(day, "ok" | "failed", key) for every health object name that holds a valid date: two listings."""
-    found: list[tuple[datetime.date, str, str]] = []
-    for key in store.list(keys.DAY_PREFIX):
-        if not key.endswith(keys.HEALTH_SUFFIX) or "/" in key:
-            continue
-        m = DAY_FILE.fullmatch(key)
-        day = _parse_day(m.group(1)) if m else None
-        if day is None:
-            log.warning("skipped %s: its name holds no valid YYYY-MM-DD day", store.location(key))
-            continue
-        found.append((day, "ok", key))
-    for key in store.list(keys.REGIONS):
-        parts = key.split("/")
-        if len(parts) != 3 or parts[2] != FAILED_FILE:
-            continue
-        day = _parse_day(parts[1]) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", parts[1]) else None
-        if day is None:
-            log.warning("skipped %s: its directory name is no valid YYYY-MM-DD day", store.location(key))
-            continue
-        found.append((day, "failed", key))
-    return found
-
-
-def _read_health(store: Store, key: str) -> dict[str, Any] | None:
-    """The health object of one file, or None (with a warning naming the file) when unreadable."""
-    try:
-        health = read_json(store, key)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        log.warning("skipped malformed health file %s: %s", store.location(key), e)
-        return None
-    if not isinstance(health, dict):
-        log.warning(
-            "skipped malformed health file %s: a JSON object was expected, not %s",
-            store.location(key),
-            type(health).__name__,
-        )
-        return None
-    return health
-
-
 def as_store(data: "Store | str | os.PathLike[str]") -> Store:
     """A store as given, or the local directory at a path."""
     return LocalStore(data) if isinstance(data, (str, os.PathLike)) else data
@@ -177,33 +125,33 @@ def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
     data_dir = store.location("").rstrip("/")
     if isinstance(store, LocalStore) and not store.root.is_dir():
         raise NoHealthFilesError(f"no health files: data dir {data_dir} does not exist")
-    # day -> (status, health); an exported day wins over its failed attempt
+    # day -> (status, health record); an exported day wins over its failed attempt
     by_day: dict[datetime.date, tuple[str, dict[str, Any]]] = {}
-    for day, status, key in _health_files(store):
+    for day, status, key in health.health_keys(store):
         if day in by_day and by_day[day][0] == "ok":
             continue
-        health = _read_health(store, key)
-        if health is None:
+        record = health.read_health(store, key, tolerate=(OSError, ValueError))
+        if record is None:
             continue
-        if str(health.get("day", day)) != day.isoformat():
+        if str(record.get("day", day)) != day.isoformat():
             log.warning(
                 "%s says day %r; reported under %s, the day of its file name",
                 store.location(key),
-                health.get("day"),
+                record.get("day"),
                 day,
             )
-        by_day[day] = (status, health)
+        by_day[day] = (status, record)
     if not by_day:
         raise NoHealthFilesError(
             f"no readable health files (portal_records_YYYY-MM-DD.health.json or "
-            f"regions/YYYY-MM-DD/{FAILED_FILE}) in data dir {data_dir}"
+            f"regions/YYYY-MM-DD/{store_keys.FAILED_HEALTH}) in data dir {data_dir}"
         )
 
     days = pd.date_range(min(by_day), max(by_day), freq="D")
     records = []
     for ts in days:
-        status, health = by_day.get(ts.date(), ("missing", {}))
-        records.append({"status": status, **{k: health.get(k) for k in COUNT_KEYS + FLOAT_KEYS}})
+        status, record = by_day.get(ts.date(), ("missing", {}))
+        records.append({"status": status, **{k: record.get(k) for k in COUNT_KEYS + FLOAT_KEYS}})
     # Annotated: pandas-stubs 3 spell these returns `Self`, which mypy makes Any when it targets Python 3.10.
     frame: pd.DataFrame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
     frame.insert(0, "day", days)
@@ -444,7 +392,7 @@ def build_report(
     """
     store = as_store(data)
     frame = load_health(store)
-    out, prefix = (store, keys.REPORT) if out_dir is None else (as_store(out_dir), "")
+    out, prefix = (store, store_keys.REPORT) if out_dir is None else (as_store(out_dir), "")
 
     text = frame.to_csv(index=False, date_format="%Y-%m-%d", float_format="%.10g", lineterminator="\n")
     out.write(prefix + CSV_NAME, text.encode("utf-8"))
@@ -547,7 +495,9 @@ def run(
     """Build the report of `data` (named `where` in messages), print its last days and where it went."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("warning: %(message)s"))
-    log.addHandler(handler)
+    loggers = (log, health.log)  # the health records' reader says which files it skipped
+    for logger in loggers:
+        logger.addHandler(handler)
     try:
         csv_path, png_path, frame = build_report(data, out_dir, max_unsolvable_ratio)
     except NoHealthFilesError as e:
@@ -557,7 +507,8 @@ def run(
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        log.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
 
     counts = frame["status"].value_counts()
     shown = min(TABLE_DAYS, len(frame))

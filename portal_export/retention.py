@@ -1,6 +1,6 @@
 """What the data dir keeps for itself besides the outputs, and what of it `keep_state_days` lets go.
 
-Everything under `_state/` and the failure records, by kind (`KINDS`, all spelled in `keys.py`).
+Everything under `_state/` and the failure records, by kind (`KINDS`, all spelled in `store_keys.py`).
 Outputs and region targets are never touched; neither is a live run's object (its heartbeat, its
 marks, the cap-log changes it noted), the breaker of a credential in use now, nor a redone day's
 record (the counters of `/metrics` hold it for good: one small object per redo).
@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from . import keys
+from . import store_keys
 from .store import Entry, Store
 
 DAY_S = 86400.0
@@ -47,21 +47,18 @@ class Kind:
     hashed: bool = False  # names start with a hex hash: a random start reaches every part over nights
 
 
-CAP_LOG = Kind("cap-log", keys.CAP_LOG)
-ALERTS = Kind("alert-claims", keys.ALERTS, hashed=True)
-BREAKERS = Kind("breakers", keys.BREAKERS, hashed=True)
-LEASES = Kind("leases", keys.GOVERNOR, hashed=True)
-RUNS = Kind("heartbeats", keys.RUNS)
-INFLIGHT = Kind("inflight-marks", keys.INFLIGHT)
-WAITING = Kind("waiting-marks", keys.WAITING)
-FAILURES = Kind("failure-records", keys.REGIONS)  # regions/<day>/failures/: listed by `make prune` only
-REDONE = Kind("redone-days", keys.REDONE)  # what redos took out of the counters (`redo.py`): kept for good
-OTHER = Kind("other-state", keys.STATE)  # cap.json, plan-poke.json, plan-busy.json: one each, kept
+CAP_LOG = Kind("cap-log", store_keys.CAP_LOG)
+ALERTS = Kind("alert-claims", store_keys.ALERTS, hashed=True)
+BREAKERS = Kind("breakers", store_keys.BREAKERS, hashed=True)
+LEASES = Kind("leases", store_keys.GOVERNOR, hashed=True)
+RUNS = Kind("heartbeats", store_keys.RUNS)
+INFLIGHT = Kind("inflight-marks", store_keys.INFLIGHT)
+WAITING = Kind("waiting-marks", store_keys.WAITING)
+FAILURES = Kind("failure-records", store_keys.REGIONS)  # regions/<day>/failures/: listed by `make prune` only
+REDONE = Kind("redone-days", store_keys.REDONE)  # what redos took out of the counters (`redo.py`): kept for good
+OTHER = Kind("other-state", store_keys.STATE)  # cap.json, plan-poke.json, plan-busy.json: one each, kept
 KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, REDONE, OTHER)
 NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # runs' and marks' own listings remove dead ones at once
-# What a run's share costs at most besides its deletes: the live runs' listing, one per kind, two
-# for a hashed kind that wraps round.
-NIGHTLY_LISTINGS = 1 + sum(2 if kind.hashed else 1 for kind in NIGHTLY)
 
 
 def keep_seconds(keep_state_days: float) -> float:
@@ -101,12 +98,15 @@ class Policy:
         if kind is LEASES:
             return self._leases(found, complete)
         if kind is RUNS:
-            return [e.key for e in found if e.modified < self.dead_cutoff and keys.run_of(e.key) not in self.live_runs]
+            return [
+                e.key for e in found if e.modified < self.dead_cutoff and store_keys.run_of(e.key) not in self.live_runs
+            ]
         if kind in (INFLIGHT, WAITING):
             return [
                 e.key
                 for e in found
-                if e.modified < self.dead_cutoff and keys.mark_of(e.key[len(kind.prefix) :])[0] not in self.live_runs
+                if e.modified < self.dead_cutoff
+                and store_keys.mark_of(e.key[len(kind.prefix) :])[0] not in self.live_runs
             ]
         if kind is FAILURES:
             return [e.key for e in found if is_failure_record(e.key) and e.modified < self.cutoff]
@@ -117,7 +117,7 @@ class Policy:
         (the newest of the listing stays: it may be the cap in force)."""
         out = []
         for entry in found[:-1]:
-            parsed = keys.cap_change_of(entry.key)
+            parsed = store_keys.cap_change_of(entry.key)
             if parsed is None:
                 continue  # not one of ours
             t, _, _, run = parsed
@@ -143,13 +143,13 @@ class Policy:
 
 def is_failure_record(key: str) -> bool:
     """regions/<day>/failures/<name>.json: a failure record, never a region target."""
-    parts = key[len(keys.REGIONS) :].split("/")
+    parts = key[len(store_keys.REGIONS) :].split("/")
     return len(parts) == 3 and parts[1] == "failures" and parts[2].endswith(".json")
 
 
 def live_runs(store: Store) -> set[str]:
     """The runs with a heartbeat object (one listing): their objects stay, alive or not yet judged."""
-    return {keys.run_of(key) for key in store.list(keys.RUNS)}
+    return {store_keys.run_of(key) for key in store.list(store_keys.RUNS)}
 
 
 # ----------------------------------------------------------------------------------- nightly
@@ -249,18 +249,18 @@ class Tally:
 
 def kind_of(key: str) -> Kind | None:
     """The kind of an object under `_state/` or a failure record; None for an output or region target."""
-    if key.startswith(keys.REGIONS):
+    if key.startswith(store_keys.REGIONS):
         return FAILURES if is_failure_record(key) else None
     for kind in KINDS:
         if kind not in (FAILURES, OTHER) and key.startswith(kind.prefix):
             return kind
-    return OTHER if key.startswith(keys.STATE) else None
+    return OTHER if key.startswith(store_keys.STATE) else None
 
 
 def survey(store: Store) -> dict[str, Tally]:
     """Every kind's count, oldest and bytes: one listing of `_state/`, one of the region folders."""
     tallies = {kind.name: Tally() for kind in KINDS}
-    for prefix in (keys.STATE, keys.REGIONS):
+    for prefix in (store_keys.STATE, store_keys.REGIONS):
         for entry in store.entries(prefix):
             kind = kind_of(entry.key)
             if kind is not None:

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from . import keys
+from . import store_keys
 from .state import alive, machine, new_run_id, read_dict, stamped
 from .state import pid_alive as pid_alive
 from .state import split_run as split_run
@@ -27,7 +27,7 @@ from .state import this_host as this_host
 from .store import Store, write_json
 
 RUN_ENV = "PORTAL_EXPORT_RUN"
-PREFIX = keys.RUNS
+PREFIX = store_keys.RUNS
 # The TTL is two plan periods (60 s at the default 30 s: luigid's own worker_disconnect_delay, after
 # which it frees a dead host's slots too), never under 10 s: a heartbeat stalled that long on a loaded
 # host would make its live run look dead, and its solves in flight stop counting against the cap.
@@ -72,7 +72,7 @@ class Runs:
 
     @staticmethod
     def key(run: str) -> str:
-        return keys.run(run)
+        return store_keys.run(run)
 
     def beat(self, run: str, **fields: Any) -> None:
         write_json(self.store, self.key(run), stamped({**fields, "where": machine()}))
@@ -90,7 +90,7 @@ class Runs:
         ages, until = self._ages
         if fresh or now >= until:
             modified, store_now = self.store.written(PREFIX)
-            ages = {keys.run_of(k): max(0.0, store_now - t) for k, t in modified.items()}
+            ages = {store_keys.run_of(k): max(0.0, store_now - t) for k, t in modified.items()}
             self._ages = (ages, now + self.cache_s)
         return ages
 
@@ -125,8 +125,8 @@ class Runs:
             return where is not None and pid_alive(where[1])
         return alive(run, lambda: self.seen_age(run, fresh), self.ttl, pid=pid, here=lambda: self.here(run))
 
-    def live(self, key: str | None = None) -> list[str]:
-        """The runs alive now (of scheduler `key`, if given); the objects of dead ones are deleted."""
+    def prune_dead(self, key: str | None = None) -> list[str]:
+        """Deletes the heartbeats of dead runs; returns the runs alive now (of scheduler `key`, if given)."""
         found = []
         for run, age in self.ages(fresh=True).items():
             state = self.state(run)  # one read for the verdict and the key

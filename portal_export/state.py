@@ -2,15 +2,13 @@
 a chain of numbered generations, and a serial for names.
 
 The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `lease.py`,
-`alert_once.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `keys.py`.
+`alert_claim.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `store_keys.py`.
 
 - `read_dict`: an object is a JSON dict, or nothing. Any host may find an object half-written by a
   foreign tool, or of another shape; each caller says what a garbled one means to it.
 - The time stamp of every object is its `t` (wall-clock seconds of the host that wrote it: for
   people and for durations a run measures on its own clock; hosts' clocks may disagree, so no
   verdict on another host's object compares its `t` with this host's clock, see `Runs.ages`).
-  Failure records and alert claims were stamped `at`: they are written with both names, so hosts
-  of an earlier version and outside readers still find `at`, and `stamp_of` reads either.
 - `new_run_id`, `split_run`: a run's identity, `<hostname>-<pid>-<random>`, which no other run has
   whatever the hostnames and PID namespaces; `machine`: the boot and PID namespace this process
   runs in, which tell whether another run's pid means anything here.
@@ -33,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import keys
+from . import store_keys
 from .store import Store, read_json
 
 # ------------------------------------------------------------------------------------ objects
@@ -65,26 +63,19 @@ def read_dict(
 # -------------------------------------------------------------------------------------- stamps
 
 STAMP = "t"
-LEGACY_STAMP = "at"  # failure records' and alert claims' name for it, still written beside `t`
 
 
-def stamped(fields: Mapping[str, Any], now: float | None = None, *, legacy: bool = False) -> dict[str, Any]:
-    """`fields` with their time stamp, `now` (the wall clock when None); `legacy`: also under `at`."""
-    t = time.time() if now is None else now
-    record = {**fields, STAMP: t}
-    if legacy:
-        record[LEGACY_STAMP] = t
-    return record
+def stamped(fields: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
+    """`fields` with their time stamp, `now` (the wall clock when None)."""
+    return {**fields, STAMP: time.time() if now is None else now}
 
 
 def stamp_of(record: Mapping[str, Any]) -> float | None:
-    """When `record` was written: its `t`, else its `at`; None when it has neither.
+    """When `record` was written: its `t`; None when it has none.
 
     ValueError or TypeError when the stamp is no number.
     """
     value = record.get(STAMP)
-    if value is None:
-        value = record.get(LEGACY_STAMP)
     return None if value is None else float(value)
 
 
@@ -106,8 +97,7 @@ def new_run_id() -> str:
 
 
 def split_run(run: str) -> tuple[str, int] | None:
-    """(hostname, pid) of a run id; None when it is not one (nor an old `<hostname>-<pid>`: a run
-    of an earlier version is not told apart, so it counts as no live run)."""
+    """(hostname, pid) of a run id; None when it is not one (it then counts as no live run)."""
     found = RUN_ID.fullmatch(run)
     return (found["host"], int(found["pid"])) if found else None
 
@@ -166,14 +156,14 @@ def alive(
 
 def store_now(store: Store) -> float:
     """The store's time now (`Store.modified`'s, from the listing of the runs' few heartbeats)."""
-    return store.written(keys.RUNS)[1]
+    return store.written(store_keys.RUNS)[1]
 
 
 # ----------------------------------------------------------------------------- generation chain
 
 
 class Chain:
-    """Numbered generations under the folder `prefix` (`keys.generation`): n + 1 follows n.
+    """Numbered generations under the folder `prefix` (`store_keys.generation`): n + 1 follows n.
 
     Each generation is created once, with the store's conditional `create`: of two writers of one
     number, on any hosts, exactly one wins, and the other learns it and can read the winner's. The
@@ -187,14 +177,14 @@ class Chain:
         self.first = first
 
     def key(self, n: int) -> str:
-        return keys.generation(self.prefix, n)
+        return store_keys.generation(self.prefix, n)
 
     def newest(self) -> int | None:
         """The newest generation's number (one LIST); None when there is none yet.
 
         ValueError when a `.json` object of the folder is no generation (nothing of ours writes one).
         """
-        found = [keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
+        found = [store_keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
         return max((n for n in found if n is not None), default=None)
 
     def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:

@@ -9,7 +9,6 @@ NO_PLAN_KEY = "0dead0beef0dead0beef0dead0beef00"  # 32 chars, account whose plan
 
 ENDPOINTS = ("in.php", "res.php", "portal_get", "portal_post")
 CAPTCHAAI_KINDS = ("html500", "html502", "plaintext", "server_error", "internal_error", "reset", "slow")
-PORTAL_KINDS = ("html500", "html502", "reset", "slow")
 SOLVE_MODELS = ("fixed", "uniform", "lognormal")
 HOST = "127.0.0.1"  # loopback only, never another interface
 SANDBOX_USER = "export-bot@partner.example"

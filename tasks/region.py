@@ -8,9 +8,9 @@ import luigi
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
-from portal_export.export import export_region
 from portal_export.gate import Gate, Waiting
 from portal_export.region_file import Spool
+from portal_export.retry_policy import export_region
 
 from . import config, targets
 from .base import PortalTask
@@ -57,7 +57,7 @@ class RegionExport(PortalTask):
     date = luigi.DateParameter()
     region = RegionParameter()
 
-    resources = {"captchaai": 1}
+    resources = {config.RESOURCE: 1}
 
     def output(self) -> luigi.target.FileSystemTarget:
         return targets.target(targets.region_key(self.date, self.region))

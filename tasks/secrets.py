@@ -68,6 +68,11 @@ def scrub(text: str) -> str:
     return text
 
 
+def say(message: str) -> None:
+    """A line for the operator, on stderr, scrubbed: what every command prints besides its answer."""
+    print(scrub(message), file=sys.stderr, flush=True)
+
+
 def format_failure(exception: BaseException) -> str:
     """The failure text for Luigi: the error's code first (it is what the visualiser shows), then the traceback."""
     trace = "".join(traceback.format_exception(exception))

@@ -1,5 +1,5 @@
 """Where everything lives: the one place that builds the data dir's store and every Luigi target;
-the keys in it are spelled in `portal_export/keys.py` (the key functions here are its, for the tasks).
+the keys in it are spelled in `portal_export/store_keys.py` (the key functions here are its, for the tasks).
 
 The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its relative name (its
 key) in both. Everything a later run or another host needs is in the store: targets, day files,
@@ -19,7 +19,7 @@ import luigi
 import luigi.format
 import luigi.local_target
 
-from portal_export import keys
+from portal_export import store_keys as keys
 from portal_export.region_file import read_facts
 from portal_export.store import LocalStore, Store
 
@@ -138,11 +138,10 @@ def region_facts(date: datetime.date, region: str) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------------------------------- keys
-# The tasks' names for the keys portal_export/keys.py spells.
+# The tasks' names for the keys portal_export/store_keys.py spells.
 
 region_key = keys.region
 region_dir = keys.region_dir
-DAY_PREFIX = keys.DAY_PREFIX
 day_records_key = keys.day_records
 day_health_key = keys.day_health
 failed_health_key = keys.failed_health

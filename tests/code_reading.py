@@ -86,7 +86,7 @@ def walk_scope(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def dotted(mod: Module, node: ast.expr) -> str | None:
-    """The full dotted name an expression names: `alerting.alert_test` -> `ops.alerting.alert_test`."""
+    """The full dotted name an expression names: `run_alert.alert_test` -> `ops.run_alert.alert_test`."""
     if isinstance(node, ast.Name):
         if node.id in mod.imports:
             return mod.imports[node.id]

@@ -1,7 +1,7 @@
 """A run's process under fork load: `python -m tests.fork_load DAYS [--unguarded]`, for test_fork_safety.
 
 It is the process `make backfill` runs, minus the portal work: the real progress watcher
-(ops.alerting.RunAlert) and the real plan governor (ops.steward, reading threadsinfo from the
+(ops.run_alert.RunAlert) and the real plan governor (ops.steward, reading threadsinfo from the
 sandbox at CAPTCHAAI_API_BASE over HTTP every [captchaai] plan_every_s) run their threads while a
 real Luigi worker with 4 processes forks one task process per day. Each task logs, makes an HTTP
 request to the portal, and writes its day's two files, so the watcher prints a progress line per
@@ -21,7 +21,7 @@ import time
 import luigi
 import requests
 
-from ops import alerting, luigi_run
+from ops import luigi_run, run_alert
 from ops import steward as governor
 from portal_export import forksafe
 from tasks import config, targets
@@ -72,13 +72,13 @@ def main() -> int:
 
     log_to_stderr()
     begin = time.monotonic()
-    with alerting.RunAlert(args, days) as run:  # the progress thread: a line per completed day
+    with run_alert.RunAlert(args, days) as run:  # the progress thread: a line per completed day
         with governor.following_plan(None) as factory:  # the plan thread, and the local cap
             code = luigi_run.run(
                 [ForkedDay(d) for d in days], factory, lock_dir=str(lock_dir()), scheduler_url=None, workers=4
             )
         run._stop_watching()
-    complete = alerting.complete_days(days)
+    complete = run_alert.complete_days(days)
     missing = [str(d) for d in days if d not in complete]
     waits.sort()
     print(

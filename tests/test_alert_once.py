@@ -1,12 +1,12 @@
-"""One alert per failed run across hosts (portal_export/alert_once.py), on a real LocalStore."""
+"""One alert per failed run across hosts (portal_export/alert_claim.py), on a real LocalStore."""
 
 import datetime
 import os
 import threading
 import time
 
-from portal_export.alert_once import SLACK_S, claim, fingerprint
-from portal_export.alerts import MissingDay, RunFacts
+from portal_export.alert_claim import SLACK_S, claim, fingerprint
+from portal_export.alert_text import MissingDay, RunFacts
 from portal_export.state import store_now
 from portal_export.store import LocalStore, read_json
 

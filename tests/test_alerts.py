@@ -2,7 +2,7 @@
 
 import datetime
 
-from portal_export.alerts import MissingDay, RunFacts, progress_line, summarize
+from portal_export.alert_text import MissingDay, RunFacts, progress_line, summarize
 from portal_export.failures import clear_failure, read_failure, write_failure
 from portal_export.store import LocalStore
 
@@ -66,7 +66,7 @@ def test_failure_record_is_written_whole_read_back_and_cleared(tmp_path):
     assert read_failure(store, key) is None
     write_failure(store, key, "ERROR_PAGEURL", "detail")
     record = read_failure(store, key)
-    assert record["code"] == "ERROR_PAGEURL" and record["detail"] == "detail" and record["at"] > 0
+    assert record["code"] == "ERROR_PAGEURL" and record["detail"] == "detail" and record["t"] > 0
     assert [p.name for p in path.parent.iterdir()] == ["region-north.json"]  # no temporary left
     path.write_text("{not json")
     assert read_failure(store, key)["code"] == "UNREADABLE_FAILURE_RECORD"

@@ -118,8 +118,8 @@ def test_live_runs_are_those_of_one_scheduler_and_dead_ones_are_deleted(store):
     beat(store, "third-host-9-0badc0de", key="k2")
     beat(store, "dead-host-3-0badc0de", age=TTL + 1, key="k1")
     runs = Runs(store, ttl=TTL)
-    assert runs.live("k1") == [OTHER]
-    assert sorted(runs.live()) == sorted([OTHER, "third-host-9-0badc0de"])
+    assert runs.prune_dead("k1") == [OTHER]
+    assert sorted(runs.prune_dead()) == sorted([OTHER, "third-host-9-0badc0de"])
     assert store.read("_state/runs/dead-host-3-0badc0de.json") is None
 
 
@@ -136,7 +136,7 @@ def test_marks_count_over_hosts_while_their_runs_live_and_dead_ones_are_deleted(
     stale = foreign_mark(store, "dead-host-5-0badc0de")  # a dead host's solve: counts no more
     killed = f"_state/inflight/{current_run()}-{dead_pid()}-0"  # a killed task of this run
     store.write(killed, b"")
-    with inflight.solving():
+    with inflight.marked():
         assert inflight.count() == 3  # ours and the other host's two
     assert inflight.count() == 2
     assert store.read(stale) is None and store.read(killed) is None
@@ -354,6 +354,6 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
         central.rpc("update_resource", resource="captchaai", amount=2)  # the heir sets the cap now
     finally:
         steward.stop()
-    assert Runs(steward.store).live(steward.key) == [heir]  # its own heartbeat went with it
+    assert Runs(steward.store).prune_dead(steward.key) == [heir]  # its own heartbeat went with it
     # another run lives: nothing restored (this steward keeps the configured cap, 4, when it restores)
     assert {r["name"]: r["num_total"] for r in central.rpc("resource_list")}["captchaai"] == 2

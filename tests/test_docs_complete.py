@@ -96,8 +96,8 @@ def test_every_exit_code_of_every_command_is_documented():
 
 
 def test_the_run_s_last_line_is_quoted_as_the_run_prints_it():
-    """The summary's footer (portal_export/alerts.py) is what the docs tell an operator to look for."""
-    tree = modules()["portal_export.alerts"].tree
+    """The summary's footer (portal_export/alert_text.py) is what the docs tell an operator to look for."""
+    tree = modules()["portal_export.alert_text"].tree
     footers = [
         "".join(v.value if isinstance(v, ast.Constant) else "30" for v in node.values)
         for node in ast.walk(tree)

@@ -229,10 +229,10 @@ def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_
         assert wait_for(4) == 4
         assert worker.worker_processes == 4  # a process per slot: no idle polling of the scheduler
         waiting = Waiting(steward.store)
-        with waiting.solving(), waiting.solving():
+        with waiting.marked(), waiting.marked():
             assert wait_for(6) == 6  # two regions in backoff lend their slots
             assert worker.worker_processes == 6
-            with waiting.solving(), waiting.solving():
+            with waiting.marked(), waiting.marked():
                 assert wait_for(8) == 8
                 assert worker.worker_processes == 8  # never above [core] workers
         assert wait_for(4) == 4

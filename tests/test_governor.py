@@ -90,7 +90,7 @@ class FakeSignals:
         self.poked = 0.0
         self.asked = 0  # times the last poke was looked up
 
-    def names(self):
+    def prune_dead(self):
         return {f"1-{n}" for n in range(self.own)}
 
     def last_poke(self):
@@ -196,7 +196,7 @@ def test_a_poke_reads_at_once_and_forbids_a_rise_on_that_reading():
 def test_solves_in_flight_are_counted_across_processes_and_dead_ones_are_dropped(tmp_path):
     inflight = InFlight(LocalStore(tmp_path))
     assert inflight.count() == 0
-    with inflight.solving(), inflight.solving():
+    with inflight.marked(), inflight.marked():
         assert inflight.count() == 2
     assert inflight.count() == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

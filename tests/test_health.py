@@ -6,9 +6,9 @@ import random
 import pytest
 
 from portal_export.errors import PermanentError
-from portal_export.export import RegionOutcome
 from portal_export.health import DayValidationError, day_health, p95, validate
 from portal_export.plan import plan_verdict
+from portal_export.retry_policy import RegionOutcome
 
 REGIONS = ["north", "south", "east", "west"]
 

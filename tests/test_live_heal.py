@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from ops.cli import main
-from portal_export import keys
+from portal_export import store_keys as keys
 from portal_export.metrics import Metrics, Settings
 from portal_export.store import LocalStore
 from sandbox import sitekey_for

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from ops import metrics as ops_metrics
-from portal_export import keys
+from ops import metrics_server
+from portal_export import store_keys
 from portal_export.metrics import Metrics, Settings
 
 from .test_metrics import health
@@ -40,12 +40,14 @@ def test_a_scrape_of_years_of_days_in_a_bucket_costs_listings_and_no_get(seaweed
     days = [today - datetime.timedelta(days=n) for n in range(1, DAYS + 1) if n not in MISSING]
 
     def put(d):
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_records(d)}", Body=b'{"a": 1}\n')
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_health(d)}", Body=json.dumps(health(4, 0)).encode())
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{store_keys.day_records(d)}", Body=b'{"a": 1}\n')
+        client.put_object(
+            Bucket=bucket, Key=f"{prefix}/{store_keys.day_health(d)}", Body=json.dumps(health(4, 0)).encode()
+        )
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(put, days))
-    metrics = Metrics(ops_metrics.data_store(), Settings(configured_cap=4, max_unsolvable_ratio=0.25))
+    metrics = Metrics(metrics_server.data_store(), Settings(configured_cap=4, max_unsolvable_ratio=0.25))
 
     before = seaweedfs.requests_by_type(bucket)
     first = {m.name: m.samples for m in metrics.collect()}
@@ -81,9 +83,13 @@ def test_make_metrics_server_serves_a_bucket(cli, seaweedfs, s3_data_dir):
     today = datetime.datetime.now(datetime.timezone.utc).date()
     for n in (2, 1):
         d = today - datetime.timedelta(days=n)
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_records(d)}", Body=b'{"a": 1}\n')
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.day_health(d)}", Body=json.dumps(health(3, 1)).encode())
-    client.put_object(Bucket=bucket, Key=f"{prefix}/{keys.breaker('ab12')}", Body=b'{"code": "ERROR_WRONG_USER_KEY"}')
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{store_keys.day_records(d)}", Body=b'{"a": 1}\n')
+        client.put_object(
+            Bucket=bucket, Key=f"{prefix}/{store_keys.day_health(d)}", Body=json.dumps(health(3, 1)).encode()
+        )
+    client.put_object(
+        Bucket=bucket, Key=f"{prefix}/{store_keys.breaker('ab12')}", Body=b'{"code": "ERROR_WRONG_USER_KEY"}'
+    )
 
     proc, url = serving(cli)
     text = requests.get(url, timeout=10).text

@@ -249,3 +249,12 @@ def test_follow_plan_false_keeps_the_fixed_cap(live, fast_cfg, cli, data_dir):
     assert "ops.steward" not in run.err
     assert live.stats()["actions"]["threadsinfo"] == 1  # the plan check only: nobody follows the plan
     assert not (data_dir / "_state" / "cap-log").exists()
+
+
+def test_the_plan_check_is_the_governors_first_reading(live, fast_cfg, cli):
+    """One threadsinfo request at a run's start: the plan check hands its reading to the governor."""
+    fast_cfg({"captchaai": {"plan_every_s": 300}, "portal": {"regions": "north"}})  # no second reading
+    run = cli("export", "2026-03-23")
+    assert run.code == 0, run.err[-3000:]
+    assert "cap: 4 of 4 configured, following the plan" in run.err
+    assert live.stats()["actions"]["threadsinfo"] == 1

@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from portal_export import keys
+from portal_export import store_keys
 from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
@@ -175,8 +175,8 @@ def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
 
     first = cli("backfill", d[0], d[3], timeout=120, **central.env)
     assert first.code == 0, first
-    health = json.loads((data_dir / keys.day_health(d[2])).read_text())
-    written = max((data_dir / k).stat().st_mtime for k in (keys.day_health(d[2]), keys.day_records(d[2])))
+    health = json.loads((data_dir / store_keys.day_health(d[2])).read_text())
+    written = max((data_dir / k).stat().st_mtime for k in (store_keys.day_health(d[2]), store_keys.day_records(d[2])))
 
     for expr, value in [
         ('portal_export_solves_total{outcome="solved"}', both(6)),
@@ -205,7 +205,7 @@ def test_prometheus_sees_the_days_the_solves_the_failing_day_and_the_cap(
     live.configure(unsolvable_sitekeys=frozenset({"north"}))
     second = cli("backfill", d[0], today - datetime.timedelta(days=2), timeout=120, **central.env)
     assert second.code == TASK_FAILED, second
-    assert (data_dir / keys.failed_health(d[3])).exists()
+    assert (data_dir / store_keys.failed_health(d[3])).exists()
 
     for expr, value in [
         ("portal_export_days_failed", both(1)),

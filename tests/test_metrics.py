@@ -1,4 +1,4 @@
-"""The portal_export_* metrics computed from a data dir (portal_export/metrics.py, ops/metrics.py):
+"""The portal_export_* metrics computed from a data dir (portal_export/metrics.py, ops/metrics_server.py):
 every contract metric against a data dir built by hand, what a scrape costs in store requests over
 years of days, and a store that fails."""
 
@@ -11,8 +11,8 @@ import time
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from ops import metrics as ops_metrics
-from portal_export import keys
+from ops import metrics_server
+from portal_export import store_keys
 from portal_export.metrics import Metrics, Settings, midnight_utc
 from portal_export.runs import Runs
 from portal_export.state import new_run_id
@@ -45,10 +45,10 @@ def health(solves, unsolvable, p95=3.5, rows=10, errors=(), submits=None, busy=0
 
 
 def complete(store, date, record, written=None):
-    store.write(keys.day_records(date), b'{"a": 1}\n')
-    write_json(store, keys.day_health(date), record)
+    store.write(store_keys.day_records(date), b'{"a": 1}\n')
+    write_json(store, store_keys.day_health(date), record)
     if written is not None:
-        for key in (keys.day_records(date), keys.day_health(date)):
+        for key in (store_keys.day_records(date), store_keys.day_health(date)):
             os.utime(store.path(key), (written, written))
 
 
@@ -73,17 +73,17 @@ def test_every_contract_metric_from_a_data_dir_built_by_hand(store):
     complete(store, day(3), health(4, 0, rows=12, busy=2, refused=1, submits=6), written=NOW - 3e5)
     complete(store, day(2), health(3, 1, p95=8.25, rows=9, errors=["HTTP_503"]), written=NOW - 2e5)
     # the window's other days: one failed validation, one with a failure record, the rest never ran
-    write_json(store, keys.failed_health(day(1)), health(2, 2))
-    write_json(store, keys.region_failure(day(5), "north"), {"code": "PORTAL_HTTP_500"})
-    store.write(keys.region(day(6), "north"), b"{}")  # a region done, the day not: missing, not failed
-    store.write(keys.day_records(day(7)), b"")  # half a day (no health file): not complete
+    write_json(store, store_keys.failed_health(day(1)), health(2, 2))
+    write_json(store, store_keys.region_failure(day(5), "north"), {"code": "PORTAL_HTTP_500"})
+    store.write(store_keys.region(day(6), "north"), b"{}")  # a region done, the day not: missing, not failed
+    store.write(store_keys.day_records(day(7)), b"")  # half a day (no health file): not complete
     # _state/: a breaker, the cap of a live run on this host, two solves in flight (one dead)
     run = new_run_id()
     Runs(store).beat(run)
-    write_json(store, keys.breaker("ab12"), {"code": "ERROR_WRONG_USER_KEY"})
-    write_json(store, keys.CAP, {"cap": 2, "read_at": time.time(), "run": run, "t": time.time()})
-    store.write(keys.mark("inflight", run, os.getpid(), 0), b"")
-    dead = keys.mark("inflight", run, dead_pid(), 1)
+    write_json(store, store_keys.breaker("ab12"), {"code": "ERROR_WRONG_USER_KEY"})
+    write_json(store, store_keys.CAP, {"cap": 2, "read_at": time.time(), "run": run, "t": time.time()})
+    store.write(store_keys.mark("inflight", run, os.getpid(), 0), b"")
+    dead = store_keys.mark("inflight", run, dead_pid(), 1)
     store.write(dead, b"")
 
     found = values(Metrics(store, SETTINGS, clock=lambda: NOW).collect())
@@ -135,7 +135,7 @@ def test_an_empty_data_dir_has_no_last_day_and_the_configured_cap(store):
 def test_a_dead_runs_cap_is_not_in_force(store):
     # a run of another host whose heartbeat (and cap file) is older than the TTL
     old = time.time() - 600
-    write_json(store, keys.CAP, {"cap": 1, "read_at": old, "run": "elsewhere-1", "t": old})
+    write_json(store, store_keys.CAP, {"cap": 1, "read_at": old, "run": "elsewhere-1", "t": old})
     found = values(Metrics(store, SETTINGS).collect())
     assert found["portal_export_cap_in_force"] == 4
 
@@ -172,7 +172,7 @@ def test_a_scrape_of_years_of_days_reads_each_day_once(store):
     for d in days:
         complete(store, d, health(4, 0))
     for n in range(10, 20):  # ten days of the window missing: each costs one listing
-        for suffix in (keys.day_records(day(n)), keys.day_health(day(n))):
+        for suffix in (store_keys.day_records(day(n)), store_keys.day_health(day(n))):
             store.delete(suffix)
     counting = Counting(store)
     m = Metrics(counting, SETTINGS, clock=lambda: NOW)
@@ -199,7 +199,7 @@ class Failing:
 
 
 def test_a_store_that_fails_is_store_up_0_and_nothing_else():
-    collector = ops_metrics.PortalExportCollector(lambda: Metrics(Failing(), SETTINGS))
+    collector = metrics_server.PortalExportCollector(lambda: Metrics(Failing(), SETTINGS))
     names = {m.name: m.samples[0].value for m in collector.collect()}
     assert names.keys() == {"portal_export_store_up", "portal_export_scrape_duration_seconds"}
     assert names["portal_export_store_up"] == 0
@@ -207,9 +207,9 @@ def test_a_store_that_fails_is_store_up_0_and_nothing_else():
 
 def test_the_exposition_has_no_date_in_any_label(store):
     complete(store, day(2), health(3, 1, errors=["HTTP_503"]))
-    write_json(store, keys.failed_health(day(1)), health(2, 2))
-    registry = ops_metrics.CollectorRegistry()
-    registry.register(ops_metrics.PortalExportCollector(lambda: Metrics(store, SETTINGS, clock=lambda: NOW)))
+    write_json(store, store_keys.failed_health(day(1)), health(2, 2))
+    registry = metrics_server.CollectorRegistry()
+    registry.register(metrics_server.PortalExportCollector(lambda: Metrics(store, SETTINGS, clock=lambda: NOW)))
     text = generate_latest(registry).decode()
     labels = {line[line.index("{") : line.index("}") + 1] for line in text.splitlines() if "{" in line}
     assert labels == {'{outcome="solved"}', '{outcome="unsolvable"}', '{code="HTTP_503"}'}, text
@@ -219,26 +219,28 @@ def test_the_exposition_has_no_date_in_any_label(store):
 @pytest.mark.parametrize("port", ["", "x", "-1", "65536", "80a"])
 def test_a_bad_port_is_refused(port):
     with pytest.raises(ValueError, match="METRICS_PORT="):
-        ops_metrics.parse_port(port)
+        metrics_server.parse_port(port)
 
 
 def test_ports_are_numbers():
-    assert ops_metrics.parse_port("9464") == 9464
-    assert ops_metrics.parse_port("0") == 0
+    assert metrics_server.parse_port("9464") == 9464
+    assert metrics_server.parse_port("0") == 0
 
 
 def test_another_hosts_solves_count_while_its_run_beats_and_garbled_objects_count_nothing(store):
     alive, dead, gone = "otherhost-123-0000abcd", "otherhost-456-0000abcd", "otherhost-789-0000abcd"
     elsewhere = {"where": "another-boot-id another-pid-namespace"}  # its pids are not ours: its heartbeat tells
-    write_json(store, keys.run(alive), elsewhere)  # a fresh heartbeat
-    write_json(store, keys.run(dead), elsewhere)
-    os.utime(store.path(keys.run(dead)), (time.time() - 600, time.time() - 600))  # older than the TTL, by the store
+    write_json(store, store_keys.run(alive), elsewhere)  # a fresh heartbeat
+    write_json(store, store_keys.run(dead), elsewhere)
+    os.utime(
+        store.path(store_keys.run(dead)), (time.time() - 600, time.time() - 600)
+    )  # older than the TTL, by the store
     for n, run in enumerate([alive, alive, dead, gone]):
-        store.write(keys.mark("inflight", run, 1000 + n, n), b"")
+        store.write(store_keys.mark("inflight", run, 1000 + n, n), b"")
     complete(store, day(3), health(4, 0, rows=5))
-    store.write(keys.day_records(day(2)), b"")
-    store.write(keys.day_health(day(2)), b"{not json")  # complete, but its health says nothing
-    store.write(f"{keys.DAY_PREFIX}notes.txt", b"")  # no day object
+    store.write(store_keys.day_records(day(2)), b"")
+    store.write(store_keys.day_health(day(2)), b"{not json")  # complete, but its health says nothing
+    store.write(f"{store_keys.DAY_PREFIX}notes.txt", b"")  # no day object
     found = values(Metrics(store, SETTINGS, clock=lambda: NOW).collect())
     assert found["portal_export_solves_in_flight"] == 2
     assert found["portal_export_solves_total{outcome=solved}"] == 4
@@ -274,7 +276,7 @@ def test_a_day_written_again_is_read_again(store):
     complete(store, day(2), health(3, 1, rows=9))
     m = Metrics(store, SETTINGS, clock=lambda: NOW)
     assert values(m.collect())["portal_export_last_day_rows"] == 9
-    for key in (keys.day_records(day(2)), keys.day_health(day(2))):
+    for key in (store_keys.day_records(day(2)), store_keys.day_health(day(2))):
         store.delete(key)
     assert values(m.collect())["portal_export_days_missing"] == 35
     complete(store, day(2), health(4, 0, rows=11))
@@ -290,6 +292,6 @@ def test_a_redo_between_two_scrapes_is_seen(store):
     complete(store, day(2), health(3, 1, rows=9))
     m = Metrics(store, SETTINGS, clock=lambda: NOW)
     assert values(m.collect())["portal_export_last_day_rows"] == 9
-    write_json(store, keys.redone(day(2), redo.new_stamp()), {"was_complete": True, "kept": {}, "set_aside": {}})
+    write_json(store, store_keys.redone(day(2), redo.new_stamp()), {"was_complete": True, "kept": {}, "set_aside": {}})
     complete(store, day(2), health(4, 0, rows=11))
     assert values(m.collect())["portal_export_last_day_rows"] == 11

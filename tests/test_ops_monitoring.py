@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from portal_export import keys
+from portal_export import store_keys
 from portal_export.store import LocalStore, write_json
 from tests.test_metrics import complete, health
 
@@ -65,7 +65,7 @@ def test_the_metrics_server_serves_every_contract_metric_promtool_checks_it_and_
     store = LocalStore(data_dir)
     complete(store, day(3), health(4, 0, rows=12))
     complete(store, day(2), health(3, 1, rows=9, errors=["HTTP_503"]))
-    write_json(store, keys.failed_health(day(1)), health(2, 2))
+    write_json(store, store_keys.failed_health(day(1)), health(2, 2))
     proc, url = serving(cli)
     assert url.startswith("http://127.0.0.1:")
     resp = requests.get(url, timeout=10)

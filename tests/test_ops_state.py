@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from portal_export import alert_once, breaker, keys
+from portal_export import alert_claim, breaker, store_keys
 from portal_export.caplog import CapLog
 from portal_export.failures import write_failure
 from portal_export.store import LocalStore
@@ -46,15 +46,15 @@ def seed_local(store, now):
             clock.return_value = now - age * DAY_S
             log.note(3 + i % 2, 4, "another consumer", f"gone-host-{i}")
     for i, age in enumerate((100, 50, 1)):
-        alert_once.claim(store, f"{i:024x}", started=0, host="h")
-        aged(store, keys.generation(keys.alert_claims(f"{i:024x}"), 0), age)
+        alert_claim.claim(store, f"{i:024x}", started=0, host="h")
+        aged(store, store_keys.generation(store_keys.alert_claims(f"{i:024x}"), 0), age)
     for secret in (TEST_KEY, "a rotated key"):
         breaker.KeyBreaker(store, secret).trip("ERROR_KEY_DOES_NOT_EXIST")
-        aged(store, keys.breaker(breaker.fingerprint(secret)), 100)
-    write_failure(store, keys.region_failure(DAY, "north"), "PORTAL_HTML_ANSWER")
-    aged(store, keys.region_failure(DAY, "north"), 100)
-    store.write(keys.region(DAY, "south"), b"{}")  # a region target: never removed
-    aged(store, keys.region(DAY, "south"), 100)
+        aged(store, store_keys.breaker(breaker.fingerprint(secret)), 100)
+    write_failure(store, store_keys.region_failure(DAY, "north"), "PORTAL_HTML_ANSWER")
+    aged(store, store_keys.region_failure(DAY, "north"), 100)
+    store.write(store_keys.region(DAY, "south"), b"{}")  # a region target: never removed
+    aged(store, store_keys.region(DAY, "south"), 100)
 
 
 def test_state_and_prune_on_a_local_data_dir(cli, tmp_path):
@@ -95,15 +95,15 @@ def test_state_and_prune_on_a_local_data_dir(cli, tmp_path):
     left = counts(state.out)
     assert (left["cap-log"], left["alert-claims"], left["breakers"], left["failure-records"]) == (1, 1, 1, 0)
     assert left["luigid-history"] == 1
-    assert store.exists(keys.breaker(breaker.fingerprint(TEST_KEY)))  # the key in use: still refused
-    assert store.exists(keys.region(DAY, "south"))
+    assert store.exists(store_keys.breaker(breaker.fingerprint(TEST_KEY)))  # the key in use: still refused
+    assert store.exists(store_keys.region(DAY, "south"))
 
     # without the key, no breaker can be told from the one in use: none goes
     breaker.KeyBreaker(store, "another old key").trip("ERROR_KEY_DOES_NOT_EXIST")
-    aged(store, keys.breaker(breaker.fingerprint("another old key")), 100)
+    aged(store, store_keys.breaker(breaker.fingerprint("another old key")), 100)
     keyless = cli("prune", **{**env, "CAPTCHAAI_API_KEY": ""})
     assert keyless.code == 0 and "every breaker kept" in keyless.out, keyless
-    assert store.exists(keys.breaker(breaker.fingerprint("another old key")))
+    assert store.exists(store_keys.breaker(breaker.fingerprint("another old key")))
 
 
 def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
@@ -113,7 +113,7 @@ def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
     log = CapLog(store)
     log.note(3, 4, "another consumer", "gone-host-1")
     log.note(4, 4, "threads free again", "gone-host-1")
-    alert_once.claim(store, "c" * 24, started=0, host="h")
+    alert_claim.claim(store, "c" * 24, started=0, host="h")
     written = time.time()
     env = {"LUIGI_CONFIG_PATH": str(cfg), "CAPTCHAAI_API_KEY": TEST_KEY}
     state = cli("state", **env)
@@ -123,10 +123,13 @@ def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
         time.sleep(0.1)
     dry = cli("prune", "--dry-run", **env)
     assert dry.code == 0 and "would remove 1 cap-log, 1 alert-claims" in dry.out, dry
-    assert len(store.list(keys.STATE)) == 3
+    assert len(store.list(store_keys.STATE)) == 3
     pruned = cli("prune", **env)
     assert pruned.code == 0 and "removed 1 cap-log, 1 alert-claims" in pruned.out, pruned
-    assert store.list(keys.STATE) == [key for key in store.list(keys.CAP_LOG)] and len(store.list(keys.STATE)) == 1
+    assert (
+        store.list(store_keys.STATE) == [key for key in store.list(store_keys.CAP_LOG)]
+        and len(store.list(store_keys.STATE)) == 1
+    )
 
 
 def test_a_store_that_does_not_answer_is_the_one_line_error_of_every_command(cli, s3_data_dir):
@@ -150,12 +153,14 @@ def test_a_night_removes_its_share_of_old_state_itself(live, cli, data_dir):
     seed_local(store, time.time())
     run = cli("export", "2026-01-06")
     assert run.code == 0, run
-    assert store.exists(keys.day_records(DAY + datetime.timedelta(days=1)))
-    changes = store.list(keys.CAP_LOG)
+    assert store.exists(store_keys.day_records(DAY + datetime.timedelta(days=1)))
+    changes = store.list(store_keys.CAP_LOG)
     assert not [k for k in changes if any(f"gone-host-{i}-" in k for i in (0, 1, 2))]
     assert [k for k in changes if "gone-host-3-" in k]  # 2 days old: kept
-    assert store.list(keys.ALERTS) == [keys.generation(keys.alert_claims(f"{2:024x}"), 0)]  # the day-old one
+    assert store.list(store_keys.ALERTS) == [
+        store_keys.generation(store_keys.alert_claims(f"{2:024x}"), 0)
+    ]  # the day-old one
     # breakers of keys this run does not use (it has the sandbox's): gone, 100 days after they tripped
-    assert store.list(keys.BREAKERS) == []
+    assert store.list(store_keys.BREAKERS) == []
     # never a region target; failure records only by make prune (a night lists no region folder)
-    assert store.exists(keys.region(DAY, "south")) and store.exists(keys.region_failure(DAY, "north"))
+    assert store.exists(store_keys.region(DAY, "south")) and store.exists(store_keys.region_failure(DAY, "north"))

@@ -15,8 +15,8 @@ import responses
 
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import KeyLevelError, PermanentError, TokenRefused, TransientError
-from portal_export.export import export_region
-from portal_export.portal import Delivery, export_once, find_sitekey
+from portal_export.portal import Delivery, export_once, parse_page
+from portal_export.retry_policy import export_region
 
 API = "https://ocr.test"
 PORTAL = "https://portal.test"
@@ -239,9 +239,10 @@ def test_page_without_sitekey_is_permanent_and_solves_nothing(world, solver, sit
     assert world.submitted() == [] and world.form_posts() == []
 
 
-def test_find_sitekey_takes_the_widget_anywhere_in_the_page():
-    assert find_sitekey(page_html()) == SITEKEY
-    assert find_sitekey("<p>no widget</p>") is None
+def test_the_widget_is_found_anywhere_in_the_page():
+    widget = parse_page(page_html(), PORTAL).widget
+    assert widget is not None and widget.sitekey == SITEKEY
+    assert parse_page("<p>no widget</p>", PORTAL).widget is None
 
 
 def test_a_json_list_of_objects_is_an_answer(world, solver):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from portal_export.portal import parse_page
-from portal_export.portal.page import find_sitekey, looks_like_html, title_of
+from portal_export.portal.page import looks_like_html, title_of
 from sandbox import VARIANTS, sitekey_for
 from sandbox.portal_pages import ACTION_FIELDS, export_form, frame_page, login_page
 
@@ -113,7 +113,7 @@ def test_the_login_form_is_the_one_with_a_password_input():
 
 @pytest.mark.parametrize("html", ["", "not html at all", "<p>no widget</p>", '<div data-sitekey=""></div>'])
 def test_no_widget(html):
-    assert parse_page(html, URL).widget is None and find_sitekey(html) is None
+    assert parse_page(html, URL).widget is None
 
 
 def test_titles_and_html_detection():

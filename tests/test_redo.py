@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from ops import metrics as ops_metrics
-from portal_export import keys, redo
+from ops import metrics_server as ops_metrics
+from portal_export import redo
+from portal_export import store_keys as keys
 from portal_export.breaker import fingerprint
 from portal_export.health import day_health
 from portal_export.metrics import Metrics, Settings

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from portal_export import report
+from portal_export.health import log as health_log
 from portal_export.report import COLUMNS, NoHealthFilesError, build_report, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,11 +103,14 @@ def built(tmp_path_factory):
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    report.log.addHandler(handler)
+    loggers = (report.log, health_log)  # the report's and its health records' reader's
+    for logger in loggers:
+        logger.addHandler(handler)
     try:
         csv_path, png_path, frame = build_report(data_dir, max_unsolvable_ratio=0.25)
     finally:
-        report.log.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
     return data_dir, csv_path, png_path, frame, [r.getMessage() for r in records]
 
 

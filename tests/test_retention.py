@@ -15,8 +15,8 @@ from unittest import mock
 import pytest
 import responses
 
-from ops import keeping
-from portal_export import alert_once, breaker, keys, retention
+from ops import retention_run
+from portal_export import alert_claim, breaker, retention, store_keys
 from portal_export.caplog import CapLog
 from portal_export.retention import Policy
 from portal_export.store import Entry, LocalStore
@@ -99,11 +99,11 @@ def test_cap_log_keeps_the_newest_change_and_those_of_runs_with_a_heartbeat():
     now = 1e9
     old = now - 10 * DAY_S
     dead, live, dead2, dead3, young = (
-        keys.cap_change(old, 3, 4, "dead-1", 0),
-        keys.cap_change(old + 1, 4, 4, "live-2", 1),
-        keys.cap_change(old + 2, 3, 4, "dead-1", 2),
-        keys.cap_change(old + 3, 4, 4, "dead-1", 3),
-        keys.cap_change(now - 1, 4, 4, "dead-1", 4),
+        store_keys.cap_change(old, 3, 4, "dead-1", 0),
+        store_keys.cap_change(old + 1, 4, 4, "live-2", 1),
+        store_keys.cap_change(old + 2, 3, 4, "dead-1", 2),
+        store_keys.cap_change(old + 3, 4, 4, "dead-1", 3),
+        store_keys.cap_change(now - 1, 4, 4, "dead-1", 4),
     )
     policy = Policy(now, 5 * DAY_S, live_runs={"live-2"})
     found = [entry(k, 0) for k in (dead, live, dead2, dead3, young)]
@@ -115,24 +115,24 @@ def test_cap_log_keeps_the_newest_change_and_those_of_runs_with_a_heartbeat():
 def test_alert_claims_go_by_their_age():
     policy = Policy(1e9, DAY_S)
     found = [
-        entry(keys.generation(keys.alert_claims("aa"), 0), 2 * DAY_S),
-        entry(keys.generation(keys.alert_claims("bb"), 0), 10),
+        entry(store_keys.generation(store_keys.alert_claims("aa"), 0), 2 * DAY_S),
+        entry(store_keys.generation(store_keys.alert_claims("bb"), 0), 10),
     ]
     assert policy.removable(retention.ALERTS, found, complete=True) == [found[0].key]
 
 
 def test_a_breaker_goes_only_when_no_credential_in_use_is_its_and_it_is_old():
-    in_use = keys.breaker(breaker.fingerprint(TEST_KEY))
-    rotated = keys.breaker(breaker.fingerprint("an old key"))
-    found = [entry(in_use, 100 * DAY_S), entry(rotated, 100 * DAY_S), entry(keys.breaker("young"), 10)]
+    in_use = store_keys.breaker(breaker.fingerprint(TEST_KEY))
+    rotated = store_keys.breaker(breaker.fingerprint("an old key"))
+    found = [entry(in_use, 100 * DAY_S), entry(rotated, 100 * DAY_S), entry(store_keys.breaker("young"), 10)]
     assert Policy(1e9, DAY_S, breakers_in_use={in_use}).removable(retention.BREAKERS, found, True) == [rotated]
     # the key in use unknown (not set where make prune runs): every breaker stays
     assert Policy(1e9, DAY_S, breakers_in_use=None).removable(retention.BREAKERS, found, True) == []
 
 
 def test_lease_generations_keep_the_newest_while_a_run_has_a_heartbeat():
-    chain = keys.governor_lease("abc")
-    found = [entry(keys.generation(chain, n), 10 * DAY_S) for n in (1, 2, 3)]
+    chain = store_keys.governor_lease("abc")
+    found = [entry(store_keys.generation(chain, n), 10 * DAY_S) for n in (1, 2, 3)]
     assert Policy(1e9, DAY_S, live_runs={"r"}).removable(retention.LEASES, found, True) == [found[0].key, found[1].key]
     assert Policy(1e9, DAY_S).removable(retention.LEASES, found, True) == [e.key for e in found]
     # a listing cut short may not hold the chain's newest: its last listed stays
@@ -141,32 +141,39 @@ def test_lease_generations_keep_the_newest_while_a_run_has_a_heartbeat():
 
 def test_dead_runs_heartbeats_and_marks_go_only_past_an_hour_whatever_keep_state_days():
     policy = Policy(1e9, 1.0, live_runs={"h-1"})
-    beats = [entry(keys.run("h-1"), 2 * 3600), entry(keys.run("h-2"), 2 * 3600), entry(keys.run("h-3"), 60)]
-    assert policy.removable(retention.RUNS, beats, True) == [keys.run("h-2")]
-    marks = [entry(keys.mark("inflight", "h-1", 5, 0), 7200), entry(keys.mark("inflight", "h-2", 6, 1), 7200)]
-    assert policy.removable(retention.INFLIGHT, marks, True) == [keys.mark("inflight", "h-2", 6, 1)]
+    beats = [
+        entry(store_keys.run("h-1"), 2 * 3600),
+        entry(store_keys.run("h-2"), 2 * 3600),
+        entry(store_keys.run("h-3"), 60),
+    ]
+    assert policy.removable(retention.RUNS, beats, True) == [store_keys.run("h-2")]
+    marks = [
+        entry(store_keys.mark("inflight", "h-1", 5, 0), 7200),
+        entry(store_keys.mark("inflight", "h-2", 6, 1), 7200),
+    ]
+    assert policy.removable(retention.INFLIGHT, marks, True) == [store_keys.mark("inflight", "h-2", 6, 1)]
 
 
 def test_failure_records_go_by_age_and_region_targets_never():
     day = datetime.date(2026, 1, 5)
     found = [
-        entry(keys.region(day, "north"), 100 * DAY_S),
-        entry(keys.region_failure(day, "south"), 100 * DAY_S),
-        entry(keys.day_failure(day), 10),
-        entry(keys.failed_health(day), 100 * DAY_S),
+        entry(store_keys.region(day, "north"), 100 * DAY_S),
+        entry(store_keys.region_failure(day, "south"), 100 * DAY_S),
+        entry(store_keys.day_failure(day), 10),
+        entry(store_keys.failed_health(day), 100 * DAY_S),
     ]
-    assert Policy(1e9, DAY_S).removable(retention.FAILURES, found, True) == [keys.region_failure(day, "south")]
+    assert Policy(1e9, DAY_S).removable(retention.FAILURES, found, True) == [store_keys.region_failure(day, "south")]
 
 
 def test_an_alert_chain_keeps_its_two_newest_claims(tmp_path):
     store = LocalStore(tmp_path)
-    chain = keys.alert_claims("f" * 24)
+    chain = store_keys.alert_claims("f" * 24)
     for night in range(6):  # the same failure, alerted every night by a new run
-        claimed = alert_once.claim(store, "f" * 24, started=night * DAY_S, host="h")
+        claimed = alert_claim.claim(store, "f" * 24, started=night * DAY_S, host="h")
         assert claimed.ours
-        newest = store.path(keys.generation(chain, night))
+        newest = store.path(store_keys.generation(chain, night))
         os.utime(newest, (night * DAY_S + 1, night * DAY_S + 1))  # made that night, on the store's clock
-    assert store.list(chain) == [keys.generation(chain, 4), keys.generation(chain, 5)]
+    assert store.list(chain) == [store_keys.generation(chain, 4), store_keys.generation(chain, 5)]
 
 
 # -------------------------------------------------------------------------- a year of state
@@ -178,7 +185,7 @@ YEAR_CLAIMS = 400
 
 def seed_year(store, now):
     """A year of state through the pipeline's own code: 20,000 cap changes of dead runs (CapLog.note)
-    and 400 alert claims (alert_once.claim), each at its time in the year, its object's time too."""
+    and 400 alert claims (alert_claim.claim), each at its time in the year, its object's time too."""
     log = CapLog(store)
     step = 365 * DAY_S / YEAR_CHANGES
     start = now - 365 * DAY_S
@@ -188,8 +195,8 @@ def seed_year(store, now):
             log.note(3 if i % 2 else 4, 4, "another consumer", f"old-host-{1000 + i // 20}")
     for i in range(YEAR_CLAIMS):
         at = start + i * (365 * DAY_S / YEAR_CLAIMS)
-        alert_once.claim(store, f"{i:024x}", started=at, host="old-host")
-        path = store.path(keys.generation(keys.alert_claims(f"{i:024x}"), 0))
+        alert_claim.claim(store, f"{i:024x}", started=at, host="old-host")
+        path = store.path(store_keys.generation(store_keys.alert_claims(f"{i:024x}"), 0))
         os.utime(path, (at, at))
 
 
@@ -228,8 +235,8 @@ def night(store, day):
         test_tasks.portal_mock(rs)
         assert test_tasks.build(test_tasks.FakeDayExport(date=day))
     CapLog(store).last()
-    alert_once.claim(store, f"night-{day}", started=0.0, host="h")
-    keeping.nightly()
+    alert_claim.claim(store, f"night-{day}", started=0.0, host="h")
+    retention_run.nightly()
     return collections.Counter(store.counts)
 
 
@@ -249,7 +256,7 @@ def test_a_year_of_state_costs_a_night_no_more_than_a_fresh_data_dir_and_make_pr
 
     # make prune: what is older than keep_state_days goes, a page of the store at a time
     store.counts.clear()
-    rules = Policy(now, 30 * DAY_S, retention.live_runs(store), {keys.breaker(breaker.fingerprint(TEST_KEY))})
+    rules = Policy(now, 30 * DAY_S, retention.live_runs(store), {store_keys.breaker(breaker.fingerprint(TEST_KEY))})
     listed = []
     real_entries = store.entries
 

@@ -1,4 +1,4 @@
-"""One home for state in the store: every key is spelled in portal_export/keys.py, and the state
+"""One home for state in the store: every key is spelled in portal_export/store_keys.py, and the state
 modules share portal_export/state.py (a JSON dict or nothing, the stamp, liveness, generation
 chains, the serial)."""
 
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from portal_export import keys
+from portal_export import store_keys
 from portal_export.state import (
-    LEGACY_STAMP,
     STAMP,
     Chain,
     alive,
@@ -31,7 +30,7 @@ from portal_export.state import (
 from portal_export.store import LocalStore
 
 ROOT = Path(__file__).resolve().parent.parent
-HOME = ROOT / "portal_export" / "keys.py"
+HOME = ROOT / "portal_export" / "store_keys.py"
 STATE_LITERAL = "_state/"
 
 
@@ -77,7 +76,7 @@ def spellers(literal: str = STATE_LITERAL) -> dict[str, list[int]]:
 
 def test_no_state_key_is_spelled_outside_keys_py():
     found = spellers()
-    assert not found, "`_state/` spelled outside portal_export/keys.py (use its names): " + ", ".join(
+    assert not found, "`_state/` spelled outside portal_export/store_keys.py (use its names): " + ", ".join(
         f"{path} (line {', '.join(map(str, lines))})" for path, lines in found.items()
     )
 
@@ -108,43 +107,43 @@ DAY = datetime.date(2026, 6, 1)
 
 def test_the_key_strings_stay_what_data_dirs_hold():
     """Existing data dirs, other hosts and outside readers use these names: they never change."""
-    assert keys.day_records(DAY) == "portal_records_2026-06-01.jsonl"
-    assert keys.day_health(DAY) == "portal_records_2026-06-01.health.json"
-    assert keys.day_objects_prefix([DAY, DAY.replace(day=30)]) == "portal_records_2026-06-"
-    assert keys.region(DAY, "north") == "regions/2026-06-01/north.jsonl"
-    assert keys.failed_health(DAY) == "regions/2026-06-01/failed.health.json"
-    assert keys.failures_prefix(DAY) == "regions/2026-06-01/failures/"
-    assert keys.region_failure(DAY, "north") == "regions/2026-06-01/failures/region-north.json"
-    assert keys.day_failure(DAY) == "regions/2026-06-01/failures/day.json"
-    assert keys.REPORT == "report/"
-    assert keys.breaker("ab12") == "_state/breaker-ab12.json"
-    assert keys.run("host-a-17") == "_state/runs/host-a-17.json"
-    assert keys.run_of("_state/runs/host-a-17.json") == "host-a-17"
-    assert keys.mark("inflight", "host-a-17", 42, 3) == "_state/inflight/host-a-17-42-3"
-    assert keys.mark("waiting", "host-a-17", 42, 3) == "_state/waiting/host-a-17-42-3"
-    assert keys.mark_of("host-a-17-42-3") == ("host-a-17", "42")
-    assert keys.CAP == "_state/cap.json"
-    assert keys.PLAN_POKE == "_state/plan-poke.json"
-    assert keys.PLAN_BUSY == "_state/plan-busy.json"
-    change = keys.cap_change(1780000000.5, 2, 4, "host-a-17", 9)
+    assert store_keys.day_records(DAY) == "portal_records_2026-06-01.jsonl"
+    assert store_keys.day_health(DAY) == "portal_records_2026-06-01.health.json"
+    assert store_keys.day_objects_prefix([DAY, DAY.replace(day=30)]) == "portal_records_2026-06-"
+    assert store_keys.region(DAY, "north") == "regions/2026-06-01/north.jsonl"
+    assert store_keys.failed_health(DAY) == "regions/2026-06-01/failed.health.json"
+    assert store_keys.failures_prefix(DAY) == "regions/2026-06-01/failures/"
+    assert store_keys.region_failure(DAY, "north") == "regions/2026-06-01/failures/region-north.json"
+    assert store_keys.day_failure(DAY) == "regions/2026-06-01/failures/day.json"
+    assert store_keys.REPORT == "report/"
+    assert store_keys.breaker("ab12") == "_state/breaker-ab12.json"
+    assert store_keys.run("host-a-17") == "_state/runs/host-a-17.json"
+    assert store_keys.run_of("_state/runs/host-a-17.json") == "host-a-17"
+    assert store_keys.mark("inflight", "host-a-17", 42, 3) == "_state/inflight/host-a-17-42-3"
+    assert store_keys.mark("waiting", "host-a-17", 42, 3) == "_state/waiting/host-a-17-42-3"
+    assert store_keys.mark_of("host-a-17-42-3") == ("host-a-17", "42")
+    assert store_keys.CAP == "_state/cap.json"
+    assert store_keys.PLAN_POKE == "_state/plan-poke.json"
+    assert store_keys.PLAN_BUSY == "_state/plan-busy.json"
+    change = store_keys.cap_change(1780000000.5, 2, 4, "host-a-17", 9)
     assert change == "_state/cap-log/1780000000.500000-2-4-host-a-17-9.json"
-    assert keys.cap_change_of(change) == (1780000000.5, 2, 4, "host-a-17")
-    assert keys.cap_change_of("_state/cap-log/notes.txt") is None
-    assert keys.governor_lease("k") == "_state/governor/k/"
-    assert keys.alert_claims("f1") == "_state/alerts/f1/"
-    assert keys.generation("_state/alerts/f1/", 3) == "_state/alerts/f1/00000003.json"
-    assert keys.generation_of("_state/alerts/f1/", "_state/alerts/f1/00000003.json") == 3
+    assert store_keys.cap_change_of(change) == (1780000000.5, 2, 4, "host-a-17")
+    assert store_keys.cap_change_of("_state/cap-log/notes.txt") is None
+    assert store_keys.governor_lease("k") == "_state/governor/k/"
+    assert store_keys.alert_claims("f1") == "_state/alerts/f1/"
+    assert store_keys.generation("_state/alerts/f1/", 3) == "_state/alerts/f1/00000003.json"
+    assert store_keys.generation_of("_state/alerts/f1/", "_state/alerts/f1/00000003.json") == 3
 
 
 def test_the_luigi_layer_builds_its_targets_from_these_keys():
     from tasks import targets
 
-    assert targets.region_key(DAY, "north") == keys.region(DAY, "north")
-    assert targets.day_records_key(DAY) == keys.day_records(DAY)
-    assert targets.day_health_key(DAY) == keys.day_health(DAY)
-    assert targets.failed_health_key(DAY) == keys.failed_health(DAY)
-    assert targets.region_failure_key(DAY, "north") == keys.region_failure(DAY, "north")
-    assert targets.day_failure_key(DAY) == keys.day_failure(DAY)
+    assert targets.region_key(DAY, "north") == store_keys.region(DAY, "north")
+    assert targets.day_records_key(DAY) == store_keys.day_records(DAY)
+    assert targets.day_health_key(DAY) == store_keys.day_health(DAY)
+    assert targets.failed_health_key(DAY) == store_keys.failed_health(DAY)
+    assert targets.region_failure_key(DAY, "north") == store_keys.region_failure(DAY, "north")
+    assert targets.day_failure_key(DAY) == store_keys.day_failure(DAY)
 
 
 # ------------------------------------------------------------------------------------ read_dict
@@ -195,15 +194,13 @@ def test_what_read_dict_tolerates_is_the_callers(tmp_path):
 # --------------------------------------------------------------------------------------- stamps
 
 
-def test_one_stamp_name_and_the_legacy_one_read_too():
-    assert STAMP == "t" and LEGACY_STAMP == "at"
+def test_one_stamp_name():
+    assert STAMP == "t"
     assert stamped({"run": "r"}, 5.0) == {"run": "r", "t": 5.0}
-    assert stamped({"host": "h"}, 5.0, legacy=True) == {"host": "h", "t": 5.0, "at": 5.0}
     before = stamped({})["t"]
     assert abs(before - time.time()) < 5
-    assert stamp_of({"t": 7, "at": 3}) == 7.0
-    assert stamp_of({"at": 3}) == 3.0  # written before `t`
-    assert stamp_of({"t": None, "at": 3}) == 3.0
+    assert stamp_of({"t": 7}) == 7.0
+    assert stamp_of({"t": None}) is None
     assert stamp_of({"t": "12.5"}) == 12.5
     assert stamp_of({}) is None
     with pytest.raises(ValueError):
@@ -273,7 +270,7 @@ def test_this_machine_is_its_boot_and_pid_namespace():
 
 def test_a_chain_numbers_its_generations_and_each_is_created_once(tmp_path):
     store = LocalStore(tmp_path)
-    chain = Chain(store, keys.alert_claims("f1"))
+    chain = Chain(store, store_keys.alert_claims("f1"))
     assert chain.newest() is None and chain.first == 0
     assert chain.create(0, {"host": "a"})
     assert not chain.create(0, {"host": "b"})  # taken: the first writer keeps it
@@ -310,7 +307,7 @@ def test_pruning_keeps_the_newest_and_looks_only_so_far_back(tmp_path):
     for n in range(1, 15):
         chain.create(n, {"run": f"r-{n}"})
     chain.prune(14, keep=2)  # 4..12 deleted (reach 10), 13 and 14 kept, 1..3 out of reach
-    assert [keys.generation_of("_x/lease/", k) for k in store.list("_x/lease/")] == [1, 2, 3, 13, 14]
+    assert [store_keys.generation_of("_x/lease/", k) for k in store.list("_x/lease/")] == [1, 2, 3, 13, 14]
     chain.prune(2, keep=2)  # nothing before the first generation is touched
     assert len(store.list("_x/lease/")) == 5
 

@@ -2,7 +2,7 @@
 region's export in one HTTP session, login included (session.py)."""
 
 from .answers import HANDLING, read_answer
-from .page import Form, Page, Widget, find_sitekey, parse_page
+from .page import Form, Page, Widget, parse_page
 from .session import Delivery, Login, Post, Prepared, export_once, prepare
 
 __all__ = [
@@ -15,7 +15,6 @@ __all__ = [
     "Prepared",
     "Widget",
     "export_once",
-    "find_sitekey",
     "parse_page",
     "prepare",
     "read_answer",

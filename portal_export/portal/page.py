@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 # Browsers send none of these on a scripted form.submit(), which is how the widget's callback posts.
 _NOT_SENT = frozenset({"submit", "button", "reset", "image", "file"})
-_TEXT_TYPES = frozenset({"text", "email", ""})
 _ANCHOR = re.compile(r"/recaptcha/(?:api2|enterprise)/anchor\b")
 _RENDER = re.compile(r"grecaptcha(?:\.enterprise)?\.render\s*\(\s*(?P<target>[^,]*?)\s*,\s*\{(?P<opts>[^}]*)\}", re.S)
 
@@ -65,9 +64,6 @@ class Form:
     method: str  # "GET" or "POST"
     fields: tuple[Field, ...]
     has_password: bool = False
-
-    def names(self) -> list[str]:
-        return [f.name for f in self.fields]
 
 
 @dataclass(frozen=True)
@@ -275,12 +271,6 @@ def parse_page(html: str, url: str) -> Page:
         forms=tuple(forms.values()),
         frames=tuple(urljoin(base, src) for src in parser.frames),
     )
-
-
-def find_sitekey(html: str) -> str | None:
-    """The page's sitekey, wherever the widget declares it."""
-    widget = parse_page(html, "http://localhost/").widget
-    return widget.sitekey if widget else None
 
 
 def looks_like_html(text: str) -> bool:

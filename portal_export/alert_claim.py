@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import keys
-from .alerts import RunFacts
+from . import store_keys
+from .alert_text import RunFacts
 from .state import Chain, stamped
 from .store import Store
 
-PREFIX = keys.ALERTS
+PREFIX = store_keys.ALERTS
 # A claim made this long before a run started (on the store's clock) still covers it: an object
 # store's times are whole seconds. Hosts of one run start within seconds of each other and claim at
 # its end; runs of a command start hours apart.
@@ -80,7 +80,7 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
     OSError, ValueError or StoreError when the store cannot say: the caller then sends (twice rather
     than never).
     """
-    chain = Chain(store, keys.alert_claims(fingerprint))
+    chain = Chain(store, store_keys.alert_claims(fingerprint))
 
     def made(n: int) -> float:
         """When generation `n` was created, on the store's clock (it is never rewritten)."""
@@ -93,9 +93,7 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         if last is not None and (at := made(newest)) >= started - SLACK_S:
             return _claim_of(last, at)
         n = newest + 1
-    # stamped `t`, and `at` as claims were before (the claimant's clock, for people): a host of an
-    # earlier version reads that
-    record = stamped({"host": host, "run": run}, legacy=True)
+    record = stamped({"host": host, "run": run})  # `t`: the claimant's clock, for people
     while True:
         if chain.create(n, record):
             # the chain keeps its two newest claims (a host racing for the one before still finds it

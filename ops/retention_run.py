@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable
 
-from portal_export import breaker, keys, retention
+from portal_export import breaker, retention, store_keys
 from portal_export.retention import Kind, Policy
 from tasks import config, targets
 from tasks.login import portal_login
@@ -35,7 +35,7 @@ def breakers_in_use() -> set[str] | None:
     key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
     if not key:
         return None
-    names = {keys.breaker(breaker.fingerprint(key))}
+    names = {store_keys.breaker(breaker.fingerprint(key))}
     login = portal_login()
     if login is not None and login.breaker is not None:
         names.add(login.breaker.key)

@@ -2,36 +2,22 @@
 
 The facts come from the data dir (day files, failure records, failed.health.json, breaker files),
 so they are the same under the local scheduler and luigid, where tasks run in other processes.
-Luigi's own per-task e-mails stay off while Luigi runs: the run's one summary replaces them.
-
-E-mail goes through Luigi's own sender (`luigi.notifications.send_email`, so `[email] method`,
-`prefix`, `sender` and `[smtp]` apply as Luigi documents them). Unlike Luigi's error e-mails, a
-run's alert is sent also when stdout is a terminal: a long backfill started in a terminal is often
-left alone. `[email] format = none` or an empty `[email] receiver` turns e-mail alerts off.
+Luigi's own per-task e-mails stay off while Luigi runs: the run's one summary replaces them. Where
+the alert goes: `alert_channels.py`.
 """
 
 import argparse
 import contextlib
 import dataclasses
 import datetime
-import html
-import logging
-import os
 import socket
-import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import luigi
-import luigi.configuration
-import luigi.notifications
-
-from portal_export import alert_once, forksafe, store
-from portal_export import alerts as core
+from portal_export import alert_claim, alert_text, forksafe, store
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
 from portal_export.runs import current_run
@@ -39,35 +25,12 @@ from portal_export.state import store_now
 from portal_export.store import StoreError
 from tasks import config, targets
 from tasks.day import DayExport
-from tasks.secrets import scrub
+from tasks.secrets import say
+
+from .alert_channels import config_set, deliver
 
 PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
 NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended before it ran
-WEBHOOK_CHANNEL = "webhook (ALERT_WEBHOOK_URL)"  # named by its variable: the URL is a secret
-LUIGI_LOGGER = "luigi-interface"
-
-_active: "RunAlert | None" = None  # the RunAlert of this process's run, which the CLI's plan check reports to
-
-
-def say(message: str) -> None:
-    print(scrub(message), file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def config_set(section: str, key: str, value: str) -> Iterator[None]:
-    """One key of this process's Luigi config, for the duration of the block."""
-    cfg = luigi.configuration.get_config()
-    old = cfg.get(section, key, None)
-    if not cfg.has_section(section):
-        cfg.add_section(section)
-    cfg.set(section, key, value)
-    try:
-        yield
-    finally:
-        if old is None:
-            cfg.remove_option(section, key)
-        else:
-            cfg.set(section, key, old)
 
 
 def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
@@ -77,20 +40,6 @@ def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
     failures" mails. No receiver, rather than `format = none`: Luigi then skips each without a log
     line. luigid's config turns its own mails off (ops/luigid.py)."""
     return config_set("email", "receiver", "")
-
-
-@contextlib.contextmanager
-def luigi_smtp_config() -> Iterator[None]:
-    """Luigi warns about its own None defaults of [smtp] (username, password, ...) at every read."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Parameter .* is not of type string", category=UserWarning)
-        yield
-
-
-def note_plan(threads: int, working: int) -> None:
-    """The plan check at the run's start: every thread working means other consumers hold them all."""
-    if _active is not None and working >= threads:
-        _active.busy_plan = (threads, working)
 
 
 def complete_days(days: Sequence[datetime.date]) -> set[datetime.date]:
@@ -122,14 +71,14 @@ def failure_code(key: str, since: float, written: dict[str, float]) -> str:
     if record is None:
         return NOT_RUN
     code = str(record.get("code") or "UNKNOWN")
-    return code if written.get(key, since) >= since - alert_once.SLACK_S else f"{code} (earlier run)"
+    return code if written.get(key, since) >= since - alert_claim.SLACK_S else f"{code} (earlier run)"
 
 
-def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> core.MissingDay:
+def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> alert_text.MissingDay:
     """What is missing of `day`, its failure records older than `since` (the store's clock) marked so."""
     health = read_json(targets.failed_health_key(day))
     if health is not None and "unsolvable_ratio" in health:
-        return core.MissingDay(
+        return alert_text.MissingDay(
             day,
             unsolvable_ratio=float(health["unsolvable_ratio"]),
             unsolvable_regions=health.get("unsolvable_regions", ()),
@@ -143,10 +92,10 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> cor
     day_code = None
     if not failed and read_failure(targets.store(), targets.day_failure_key(day)) is not None:
         day_code = failure_code(targets.day_failure_key(day), since, written)
-    return core.MissingDay(day, failed_regions=failed, day_code=day_code)
+    return alert_text.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
-def failures_by_host(missing: Sequence[core.MissingDay]) -> dict[str, dict[str, int]]:
+def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
     """Host -> failure code -> tasks, from the failure records of the missing days (each names its host)."""
     seen: dict[str, dict[str, int]] = {}
     for m in missing:
@@ -201,8 +150,6 @@ class RunAlert:
         self._mails = luigi_mails_off()
 
     def __enter__(self) -> "RunAlert":
-        global _active
-        _active = self
         self._mails.__enter__()
         self._thread.start()
         return self
@@ -225,24 +172,27 @@ class RunAlert:
             for day in waiting:
                 if day in complete:
                     self.done.append(day)
-                    say(core.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
+                    say(alert_text.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
+
+    def note_plan(self, threads: int, working: int) -> None:
+        """The plan check at the run's start: every thread working means other consumers hold them all."""
+        if working >= threads:
+            self.busy_plan = (threads, working)
 
     def _stop_watching(self) -> None:
-        global _active
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join()
         self._progress()  # every day completed gets its line before the summary
         self._mails.__exit__(None, None, None)
-        _active = None
 
-    def facts(self, code: int, stopped: str | None = None) -> core.RunFacts:
+    def facts(self, code: int, stopped: str | None = None) -> alert_text.RunFacts:
         regions = config.regions()
         complete = complete_days(self.days)
         missing = [missing_day(d, regions, self.started_store) for d in self.days if d not in complete]
         limit = config.alerts().p95_warn_s
-        return core.RunFacts(
+        return alert_text.RunFacts(
             command=self.command,
             days=self.days,
             missing=missing,
@@ -260,7 +210,7 @@ class RunAlert:
         )
 
     @staticmethod
-    def seen_by(missing: Sequence[core.MissingDay]) -> dict[str, dict[str, int]]:
+    def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
         """Which host saw which failure, when another host than this one saw any (the footer names this one)."""
         seen = failures_by_host(missing)
         return seen if set(seen) - {socket.gethostname()} else {}
@@ -272,17 +222,17 @@ class RunAlert:
         facts = self.facts(code, stopped)
         if facts.missing and not code:
             facts = dataclasses.replace(facts, exit_code=1)
-        summary = core.summarize(facts)
+        summary = alert_text.summarize(facts)
         say(summary.text)
         if summary.to_send:
             self.send_once(facts, summary)
         return facts.exit_code
 
-    def send_once(self, facts: core.RunFacts, summary: core.Summary) -> None:
-        """Deliver the alert unless another host of the same run did (portal_export/alert_once.py)."""
-        fingerprint = alert_once.fingerprint(facts, summary.kind)
+    def send_once(self, facts: alert_text.RunFacts, summary: alert_text.Summary) -> None:
+        """Deliver the alert unless another host of the same run did (portal_export/alert_claim.py)."""
+        fingerprint = alert_claim.fingerprint(facts, summary.kind)
         try:
-            claim = alert_once.claim(
+            claim = alert_claim.claim(
                 targets.store(), fingerprint, self.started_store, socket.gethostname(), current_run()
             )
         except (OSError, ValueError, StoreError) as err:  # the store cannot say: twice rather than never
@@ -293,106 +243,3 @@ class RunAlert:
                 say(f"alert: sent by host {claim.host} at {at} for this same run (alert {fingerprint}): not sent again")
                 return
         deliver(summary)
-
-
-# ------------------------------------------------------------------------------------------------ channels
-
-
-def email_channel() -> str | None:
-    """A name for the e-mail channel when one is configured, else None."""
-    mail = luigi.notifications.email()
-    if not mail.receiver or mail.format == "none":
-        return None
-    if mail.method == "smtp":
-        try:
-            with luigi_smtp_config():
-                smtp = luigi.notifications.smtp()
-        except Exception:  # e.g. password = ${SMTP_PASSWORD} unset: sending says what is wrong
-            return f"e-mail to {mail.receiver} (smtp)"
-        return f"e-mail to {mail.receiver} (smtp {smtp.host}:{smtp.port or (465 if smtp.ssl else 25)})"
-    return f"e-mail to {mail.receiver} ({mail.method})"
-
-
-def send_email(subject: str, body: str) -> None:
-    """Through Luigi's sender, which logs SMTP errors instead of raising them: those are caught here."""
-    mail = luigi.notifications.email()
-    message = f"<pre>{html.escape(body)}</pre>" if mail.format == "html" else body
-    errors = []
-
-    def catch(record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR:
-            errors.append(record.getMessage())
-            return False  # said once, as the channel's warning line
-        return True
-
-    logger = logging.getLogger(LUIGI_LOGGER)
-    logger.addFilter(catch)
-    try:
-        with (
-            config_set("email", "force_send", "true"),
-            luigi_smtp_config(),
-        ):  # also from a terminal: see the module's doc
-            luigi.notifications.send_email(subject, message, mail.sender, [mail.receiver])
-    except Exception as err:
-        raise core.ChannelError(f"{type(err).__name__}: {err}") from None
-    finally:
-        logger.removeFilter(catch)
-    if errors:
-        raise core.ChannelError(errors[0])
-
-
-def webhook_url() -> str | None:
-    return os.environ.get("ALERT_WEBHOOK_URL", "").strip() or None
-
-
-def channels() -> list[tuple[str, Callable[[str, str], None]]]:
-    """[(name, send(subject, body))] for every configured channel."""
-    found: list[tuple[str, Callable[[str, str], None]]] = []
-    name = email_channel()
-    if name:
-        found.append((name, send_email))
-    url = webhook_url()
-    if url:
-        timeout = config.alerts().webhook_timeout_s
-
-        def post(subject: str, body: str) -> None:
-            core.post_webhook(url, scrub(f"{subject}\n\n{body}" if body else subject), timeout)
-
-        found.append((WEBHOOK_CHANNEL, post))
-    return found
-
-
-def deliver(summary: core.Summary, quiet: bool = False) -> dict[str, str | None]:
-    """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
-    subject, body = scrub(summary.subject), scrub(summary.body)
-    results: dict[str, str | None] = {}
-    for name, send in channels():
-        try:
-            send(subject, body)
-        except core.ChannelError as err:
-            results[name] = scrub(str(err))
-            if not quiet:
-                say(f"warning: alert not delivered by {name}: {results[name]}")
-        else:
-            results[name] = None
-            if not quiet:
-                say(f"alert sent by {name}")
-    return results
-
-
-def alert_test() -> int:
-    """`make alert-test`: one test message through every configured channel; 0 when all took it."""
-    if not channels():
-        say("alert-test: no channel configured: set [email] receiver (and [smtp]) or ALERT_WEBHOOK_URL")
-        return 2
-    host = socket.gethostname()
-    summary = core.Summary(
-        f"portal-export alert test from {host}",
-        "A test message from `make alert-test`: a run that leaves days missing alerts here.\n\n"
-        f"host {host}, data dir {targets.where()}",
-        "warning",
-    )
-    results = deliver(summary, quiet=True)
-    for name, error in results.items():
-        say(f"alert-test: {name}: " + ("ok" if error is None else f"FAILED: {error}"))
-    return 0 if all(error is None for error in results.values()) else 1

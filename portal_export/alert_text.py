@@ -1,4 +1,4 @@
-"""The end-of-run summary (what the terminal, the cron log and the alert all say) and the webhook sender.
+"""The end-of-run summary: what the terminal, the cron log and the alert all say.
 
 Built from plain facts the Luigi layer collects from the data dir, so the same text comes from one
 place whatever the scheduler. Messages name codes, days and commands only: never a response body,
@@ -12,9 +12,6 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import requests
 
 DAYS_PER_LINE_WIDTH = 66  # wrapped day lists stay readable on a phone
 
@@ -197,28 +194,3 @@ def progress_line(day: datetime.date, done: int, total: int, elapsed_s: float) -
     if minutes < 120:
         return f"{line}, about {minutes} min left"
     return f"{line}, about {minutes // 60} h {minutes % 60:02d} min left"
-
-
-class ChannelError(Exception):
-    """An alert channel did not take the message; the text names the failure, never the address."""
-
-
-def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> int:
-    """POST {"text": ...} (Slack's and Mattermost's incoming-webhook shape); returns the HTTP status.
-
-    The URL is a secret (its path is the credential), and requests puts it into its exception
-    messages: errors are described by their kind only.
-    """
-    http = session or requests.Session()
-    try:
-        resp = http.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)
-    except requests.Timeout:
-        raise ChannelError(f"no answer within {timeout_s:g} s") from None
-    except requests.RequestException as err:
-        raise ChannelError(f"could not connect ({type(err).__name__})") from None
-    finally:
-        if session is None:
-            http.close()
-    if not 200 <= resp.status_code < 300:
-        raise ChannelError(f"answered HTTP {resp.status_code}")
-    return int(resp.status_code)

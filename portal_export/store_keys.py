@@ -24,7 +24,7 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
         plan-busy.json                                the busy-plan verdict (`caplog.py`)
         cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
         governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
-        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_once.py`)
+        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_claim.py`)
         redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`):
                                                       the counters' memory, kept for good
 """
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 
 # ------------------------------------------------------------------------------------ outputs
 
@@ -52,15 +53,31 @@ def day_health(date: datetime.date) -> str:
     return f"{DAY_PREFIX}{date:%Y-%m-%d}{HEALTH_SUFFIX}"
 
 
+def _date(text: str) -> datetime.date | None:
+    """The date a key spells as YYYY-MM-DD (no other ISO form); None when it spells none."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return None
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 def day_of(key: str) -> tuple[datetime.date, str] | None:
     """(date, suffix) of a day object's key (`day_records`, `day_health`); None when it is not one."""
     if not key.startswith(DAY_PREFIX):
         return None
     stem = key[len(DAY_PREFIX) :]
-    try:
-        return datetime.date.fromisoformat(stem[:10]), stem[10:]
-    except ValueError:
+    date = _date(stem[:10])
+    return None if date is None else (date, stem[10:])
+
+
+def failed_health_day(key: str) -> datetime.date | None:
+    """The day of a `failed_health` key; None when the key is no such object or spells no valid day."""
+    parts = key.split("/")
+    if len(parts) != 3 or f"{parts[0]}/" != REGIONS or parts[2] != FAILED_HEALTH:
         return None
+    return _date(parts[1])
 
 
 def day_objects_prefix(dates: list[datetime.date]) -> str:

@@ -25,11 +25,10 @@ from portal_export.runs import ttl_s
 from portal_export.store import LocalStore, Store
 from tasks import config, targets
 
-from . import keeping
+from . import retention_run
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 9464  # the port Prometheus's exporter list gives OpenTelemetry's exporters; METRICS_PORT
 # A scrape waits this long for an object store that does not answer (a run waits [portal]
 # store_retry_s): Prometheus's own scrape timeout is 10 s by default.
 STORE_RETRY_S = 3.0
@@ -40,7 +39,7 @@ def settings() -> Settings:
     days = config.portal().metrics_window_days
     if days < 1:
         raise config.ConfigError(f"[portal] metrics_window_days = {days}: give at least 1")
-    in_use = keeping.breakers_in_use()
+    in_use = retention_run.breakers_in_use()
     return Settings(
         configured_cap=config.configured_cap(),
         max_unsolvable_ratio=config.portal().max_unsolvable_ratio,

@@ -1,0 +1,178 @@
+"""Where alerts go: e-mail through Luigi's own sender, and a webhook; `make alert-test`.
+
+E-mail goes through `luigi.notifications.send_email`, so `[email] method`, `prefix`, `sender` and
+`[smtp]` apply as Luigi documents them. Unlike Luigi's error e-mails, an alert is sent also when
+stdout is a terminal: a long backfill started in a terminal is often left alone. `[email] format =
+none` or an empty `[email] receiver` turns e-mail alerts off. A channel that fails costs one warning
+line, nothing else.
+"""
+
+import contextlib
+import html
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import luigi.configuration
+import luigi.notifications
+import requests
+
+from portal_export.alert_text import Summary
+from tasks import config, targets
+from tasks.secrets import say, scrub
+
+WEBHOOK_CHANNEL = "webhook (ALERT_WEBHOOK_URL)"  # named by its variable: the URL is a secret
+LUIGI_LOGGER = "luigi-interface"
+
+
+@contextlib.contextmanager
+def config_set(section: str, key: str, value: str) -> Iterator[None]:
+    """One key of this process's Luigi config, for the duration of the block."""
+    cfg = luigi.configuration.get_config()
+    old = cfg.get(section, key, None)
+    if not cfg.has_section(section):
+        cfg.add_section(section)
+    cfg.set(section, key, value)
+    try:
+        yield
+    finally:
+        if old is None:
+            cfg.remove_option(section, key)
+        else:
+            cfg.set(section, key, old)
+
+
+@contextlib.contextmanager
+def luigi_smtp_config() -> Iterator[None]:
+    """Luigi warns about its own None defaults of [smtp] (username, password, ...) at every read."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Parameter .* is not of type string", category=UserWarning)
+        yield
+
+
+class ChannelError(Exception):
+    """An alert channel did not take the message; the text names the failure, never the address."""
+
+
+def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> int:
+    """POST {"text": ...} (Slack's and Mattermost's incoming-webhook shape); returns the HTTP status.
+
+    The URL is a secret (its path is the credential), and requests puts it into its exception
+    messages: errors are described by their kind only.
+    """
+    http = session or requests.Session()
+    try:
+        resp = http.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)
+    except requests.Timeout:
+        raise ChannelError(f"no answer within {timeout_s:g} s") from None
+    except requests.RequestException as err:
+        raise ChannelError(f"could not connect ({type(err).__name__})") from None
+    finally:
+        if session is None:
+            http.close()
+    if not 200 <= resp.status_code < 300:
+        raise ChannelError(f"answered HTTP {resp.status_code}")
+    return int(resp.status_code)
+
+
+def email_channel() -> str | None:
+    """A name for the e-mail channel when one is configured, else None."""
+    mail = luigi.notifications.email()
+    if not mail.receiver or mail.format == "none":
+        return None
+    if mail.method == "smtp":
+        try:
+            with luigi_smtp_config():
+                smtp = luigi.notifications.smtp()
+        except Exception:  # e.g. password = ${SMTP_PASSWORD} unset: sending says what is wrong
+            return f"e-mail to {mail.receiver} (smtp)"
+        return f"e-mail to {mail.receiver} (smtp {smtp.host}:{smtp.port or (465 if smtp.ssl else 25)})"
+    return f"e-mail to {mail.receiver} ({mail.method})"
+
+
+def send_email(subject: str, body: str) -> None:
+    """Through Luigi's sender, which logs SMTP errors instead of raising them: those are caught here."""
+    mail = luigi.notifications.email()
+    message = f"<pre>{html.escape(body)}</pre>" if mail.format == "html" else body
+    errors = []
+
+    def catch(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            errors.append(record.getMessage())
+            return False  # said once, as the channel's warning line
+        return True
+
+    logger = logging.getLogger(LUIGI_LOGGER)
+    logger.addFilter(catch)
+    try:
+        with (
+            config_set("email", "force_send", "true"),
+            luigi_smtp_config(),
+        ):  # also from a terminal: see the module's doc
+            luigi.notifications.send_email(subject, message, mail.sender, [mail.receiver])
+    except Exception as err:
+        raise ChannelError(f"{type(err).__name__}: {err}") from None
+    finally:
+        logger.removeFilter(catch)
+    if errors:
+        raise ChannelError(errors[0])
+
+
+def webhook_url() -> str | None:
+    return os.environ.get("ALERT_WEBHOOK_URL", "").strip() or None
+
+
+def channels() -> list[tuple[str, Callable[[str, str], None]]]:
+    """[(name, send(subject, body))] for every configured channel."""
+    found: list[tuple[str, Callable[[str, str], None]]] = []
+    name = email_channel()
+    if name:
+        found.append((name, send_email))
+    url = webhook_url()
+    if url:
+        timeout = config.alerts().webhook_timeout_s
+
+        def post(subject: str, body: str) -> None:
+            post_webhook(url, scrub(f"{subject}\n\n{body}" if body else subject), timeout)
+
+        found.append((WEBHOOK_CHANNEL, post))
+    return found
+
+
+def deliver(summary: Summary, quiet: bool = False) -> dict[str, str | None]:
+    """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
+    subject, body = scrub(summary.subject), scrub(summary.body)
+    results: dict[str, str | None] = {}
+    for name, send in channels():
+        try:
+            send(subject, body)
+        except ChannelError as err:
+            results[name] = scrub(str(err))
+            if not quiet:
+                say(f"warning: alert not delivered by {name}: {results[name]}")
+        else:
+            results[name] = None
+            if not quiet:
+                say(f"alert sent by {name}")
+    return results
+
+
+def alert_test() -> int:
+    """`make alert-test`: one test message through every configured channel; 0 when all took it."""
+    if not channels():
+        say("alert-test: no channel configured: set [email] receiver (and [smtp]) or ALERT_WEBHOOK_URL")
+        return 2
+    host = socket.gethostname()
+    summary = Summary(
+        f"portal-export alert test from {host}",
+        "A test message from `make alert-test`: a run that leaves days missing alerts here.\n\n"
+        f"host {host}, data dir {targets.where()}",
+        "warning",
+    )
+    results = deliver(summary, quiet=True)
+    for name, error in results.items():
+        say(f"alert-test: {name}: " + ("ok" if error is None else f"FAILED: {error}"))
+    return 0 if all(error is None for error in results.values()) else 1
