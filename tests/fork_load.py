@@ -44,9 +44,9 @@ class ForkedDay(luigi.Task):
         page.raise_for_status()
         records, health = self.output()
         with records.open("w") as f:
-            f.write("{}\n")
+            f.write(b"{}\n")
         with health.open("w") as f:
-            json.dump({"rows": 1}, f)
+            f.write(json.dumps({"rows": 1}).encode())
 
 
 def main() -> int:
