@@ -177,7 +177,10 @@ def next_steps(facts: RunFacts, failed: Sequence[MissingDay], invalid: Sequence[
     if failed:
         steps.append(f"{'Then rerun' if steps else 'Rerun'}: {facts.rerun}")
     for m in invalid:
-        steps.append(f"Re-attempt the unsolvable regions of {m.day}: make retry-unsolvable DAY={m.day}")
+        steps.append(
+            f"The unsolvable regions of {m.day} are solved again by the first run [portal] heal_after_hours "
+            f"after the failure; to re-attempt them now: make retry-unsolvable DAY={m.day}"
+        )
     return steps
 
 

@@ -113,7 +113,8 @@ def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
             "TOO_MANY_UNSOLVABLE",
             f"day {health['day']}: {health['unsolvable']} of {len(health['regions'])} regions unsolvable "
             f"({', '.join(health['unsolvable_regions'])}), ratio {health['unsolvable_ratio']:.2f} "
-            f"> {max_unsolvable_ratio:g}; re-attempt them with `make retry-unsolvable DAY={health['day']}`",
+            f"> {max_unsolvable_ratio:g}; a run [portal] heal_after_hours later solves them again, "
+            f"`make retry-unsolvable DAY={health['day']}` now",
         )
 
 
