@@ -50,6 +50,10 @@ RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 # faster. Then bytecode, compiled once here because CI sets PYTHONDONTWRITEBYTECODE (every process
 # would compile what it imports), but not for the packages' own test suites, which nothing imports.
 UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps
+# uv keeps its cache under HOME; an account whose HOME it cannot write (nobody's /nonexistent) keeps it in the venv
+ifneq ($(shell [ -w "$${XDG_CACHE_HOME:-$$HOME}" ] && echo yes),yes)
+export UV_CACHE_DIR ?= $(abspath $(VENV))/.uv-cache
+endif
 $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	sed -n '/^uv==/,/[^\\]$$/p' requirements.lock >$(VENV)/uv-requirement.txt
@@ -81,7 +85,8 @@ COMPILE := $(PY) -m compileall -q -j 0 portal_export tasks ops sandbox tests ben
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: test
-test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors COVER_TOTAL, COVER_CORE above)
+test: $(VENV)/.installed ## run the whole test suite with line and branch coverage (floors COVER_TOTAL, COVER_CORE above); as root, installs the Debian packages it runs
+	@sh .ci/test-packages
 	rm -f .coverage .coverage.*
 	@$(COMPILE)
 	$(PY) -m pytest $(XDIST) \

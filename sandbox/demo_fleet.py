@@ -202,7 +202,7 @@ def run(root: Path, stack: contextlib.ExitStack) -> int:
         + (
             "each in its own PID and UTS namespace (unshare)"
             if namespaced
-            else "each a process group of its own (no PID namespace: not root, or unshare does not work here)"
+            else "each a process group of its own (unshare cannot make a PID namespace here)"
         )
     )
     shared = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "LUIGI_", "CAPTCHAAI_", "AWS_"))}

@@ -2,7 +2,8 @@
 PID namespace and a folder of its own.
 
 A host is what a worker machine of the deployment has: its own processes (a PID namespace:
-`unshare --pid --fork --mount-proc`, which needs root), its own working directory with its own
+`unshare --pid --fork --mount-proc`; an ordinary user makes it inside a user namespace of its own,
+where it is root), its own working directory with its own
 copy of luigi.cfg, layered file, var dir, HOME and TMPDIR, and its own hostname (a UTS namespace:
 luigid's worker list, failure records and alerts name it). It shares with the other hosts only what
 the environment names: luigid (LUIGI_SCHEDULER_URL), the data store (PORTAL_DATA_DIR and the
@@ -18,7 +19,7 @@ sleeps are left alone, as a host's are when only its wall clock is wrong: Debian
 `kill()` is a machine dying: SIGKILL of the namespace's init, after which the kernel kills every
 process in the namespace at once, task processes included.
 
-Without root or `unshare` (`namespaced=False`, the demo's fallback) a host is a process group of
+Where `unshare` cannot make them (`namespaced=False`, the demo's fallback) a host is a process group of
 its own instead: `kill()` SIGKILLs the whole group at once, and the hosts share the machine's
 hostname (luigid tells their workers apart by pid).
 """
@@ -39,7 +40,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
+NAMESPACES = ["--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
+# Root makes the namespaces itself; anyone else, inside a user namespace mapping them to its root.
+UNSHARE = ["unshare", *([] if os.geteuid() == 0 else ["--user", "--map-root-user"]), *NAMESPACES]
 # The namespace's init names its host, then becomes `python -m ops` (the same pid 1).
 AS_HOST = (
     "import os, socket, sys; socket.sethostname(sys.argv[1]); "
@@ -209,8 +212,8 @@ class Host:
 
 
 def unshare_works() -> bool:
-    """Root and a kernel that let us make PID and UTS namespaces."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
+    """A kernel that lets us make PID and UTS namespaces (as root, or in a user namespace)."""
+    if shutil.which("unshare") is None:
         return False
     probe = subprocess.run([*UNSHARE, "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=10)
     return probe.returncode == 0 and probe.stdout.strip() == "1"

@@ -363,7 +363,7 @@ def hosts(tmp_path):
     from sandbox.hosts import Host, unshare_works
 
     if not unshare_works():
-        pytest.fail("worker hosts need root and `unshare --pid` (CI runs as root)")
+        pytest.fail("worker hosts need `unshare` to make PID and UTS namespaces (as root, or in a user namespace)")
     made = []
 
     def make(name, env, layered_cfg="", hostname=None, clock_s=0.0):

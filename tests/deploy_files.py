@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .programs import is_root, program
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 CHECKOUT = "/srv/portal-export"  # where docs/deploy.md clones the repository
@@ -22,22 +24,6 @@ ACCOUNT = "portal-export"
 HOME = "/var/lib/portal-export"  # the account's, as docs/deploy.md creates it
 # What systemd gives a system service before its EnvironmentFile= (systemd.exec(5) "Environment").
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0
-
-
-def program(name: str, package: str) -> str:
-    """The path of a system program a test needs: missing, it fails as root (which can install it)
-    and skips otherwise, naming the Debian package."""
-    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-    if not found:
-        message = f"{name} is missing: apt-get install {package}"
-        if is_root():
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def unit(name: str) -> dict[str, dict[str, list[str]]]:

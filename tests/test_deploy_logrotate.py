@@ -20,10 +20,10 @@ from .deploy_files import (
     account,
     clone,
     installed,
-    program,
     server_dir,
     write_env_file,
 )
+from .programs import program
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live

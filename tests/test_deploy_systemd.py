@@ -22,11 +22,11 @@ from .deploy_files import (
     Service,
     account,
     clone,
-    program,
     server_dir,
     unit,
     write_env_file,
 )
+from .programs import program
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live

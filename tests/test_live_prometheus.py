@@ -8,7 +8,6 @@ failures panel shows the failing day, and no panel counts the deployment twice f
 import datetime
 import json
 import re
-import shutil
 import subprocess
 import time
 
@@ -20,6 +19,7 @@ from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
 from .conftest import polls
+from .programs import program
 from .test_ops_monitoring import MONITORING, RULES, serving
 
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
@@ -28,9 +28,7 @@ WAIT_S = 60  # a value Prometheus must come to (each scrape is 1 s apart; this m
 
 class Prometheus:
     def __init__(self, home, targets):
-        binary = shutil.which("prometheus")
-        if not binary:
-            pytest.fail("prometheus is missing: apt-get install prometheus (.ci/run installs it)")
+        binary = program("prometheus", "prometheus")
         home.mkdir(parents=True)
         scrape = [
             {"job_name": job, "static_configs": [{"targets": [target.split("//")[1].split("/")[0]]}]}

@@ -4,7 +4,6 @@
 import datetime
 import json
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -15,6 +14,7 @@ import requests
 
 from portal_export import store_keys
 from portal_export.store import LocalStore, write_json
+from tests.programs import program
 from tests.test_metrics import complete, health
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,10 +23,7 @@ RULES = MONITORING / "portal_export.rules.yml"
 
 
 def promtool():
-    found = shutil.which("promtool")
-    if not found:
-        pytest.fail("promtool is missing: apt-get install prometheus (.ci/run installs it)")
-    return found
+    return program("promtool", "prometheus")
 
 
 def day(n):

@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -25,6 +24,7 @@ from ops.scheduler_url import answers as scheduler_answers
 from sandbox.ports import free_port
 
 from .conftest import ROOT, polls
+from .programs import is_root, namespace_command, program
 
 DAY = datetime.date(2026, 9, 1)
 REGIONS = ("north", "south", "east", "west")
@@ -211,21 +211,23 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
 def netns():
     """A network namespace of its own (a host with the address 10.18.0.1 on a veth interface, and
     loopback), kept alive by a process of ours; run(argv) runs a command inside it."""
-    if not shutil.which("ip"):
-        pytest.skip("needs iproute2's `ip` (.ci/run installs it): a non-loopback address was not tried")
-    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
-        pytest.skip("needs `unshare --net` (root): a network namespace for a non-loopback address")
+    ip = program("ip", "iproute2")
+    if subprocess.run([*namespace_command("--net"), "true"], capture_output=True).returncode != 0:
+        pytest.skip("`unshare --net` cannot make a network namespace here (as root, or in a user namespace)")
     setup = (  # a veth interface; where the kernel has none, the address on lo (still not a loopback one)
-        "ip link set lo up && { { ip link add v0 type veth peer name v1 && ip addr add 10.18.0.1/24 dev v0"
-        " && ip link set v0 up && ip link set v1 up; } 2>/dev/null || ip addr add 10.18.0.1/32 dev lo; }"
+        f"{ip} link set lo up && {{ {{ {ip} link add v0 type veth peer name v1 && {ip} addr add 10.18.0.1/24 dev v0"
+        f" && {ip} link set v0 up && {ip} link set v1 up; }} 2>/dev/null || {ip} addr add 10.18.0.1/32 dev lo; }}"
         " && echo ready && exec sleep 600"
     )
-    holder = subprocess.Popen(["unshare", "--net", "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([*namespace_command("--net"), "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "ready\n"
+
+    # an ordinary user enters the user namespace that owns the network one, keeping its own uid
+    entered = [] if is_root() else [f"--user=/proc/{holder.pid}/ns/user", "--preserve-credentials"]
 
     def run(*argv, **env):
         return subprocess.run(
-            ["nsenter", f"--net=/proc/{holder.pid}/ns/net", *map(str, argv)],
+            ["nsenter", *entered, f"--net=/proc/{holder.pid}/ns/net", *map(str, argv)],
             cwd=ROOT,
             env={**os.environ, **env},
             capture_output=True,

@@ -4,12 +4,9 @@ Without a login nginx refuses; with it, Luigi's RPC client and a whole `export` 
 plain HTTP and with the site's TLS lines. Needs Debian's `nginx` (`.ci/run` installs it); skips,
 saying so, where it is not installed."""
 
-import base64
 import datetime
-import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -21,19 +18,13 @@ from ops.luigid import remote
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 
 from .conftest import ROOT, Luigid
+from .programs import program
 
 DAY = datetime.date(2026, 9, 3)
 USER, PASSWORD = "worker1", "3f9c1e0d7b2a46c58e1f0a9b7c6d5e4f"  # as `openssl rand -hex 16` makes one
-NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 # what the docs' site names, and this test puts its own in place of
 LISTEN, UPSTREAM = "10.0.0.5:8443", "http://127.0.0.1:8082"
 HTPASSWD, CERT, KEY = "/etc/nginx/luigid.htpasswd", "/etc/nginx/tls/scheduler.crt", "/etc/nginx/tls/scheduler.key"
-
-pytestmark = pytest.mark.skipif(
-    NGINX is None,
-    reason="nginx is not installed (Debian: apt-get install nginx; .ci/run installs it): "
-    "the nginx site of docs/operations.md was not run",
-)
 
 
 def readme_site():
@@ -54,15 +45,15 @@ def with_tls(site):
 
 
 def htpasswd_line(user, password):
-    """As docs/operations.md's `openssl passwd -6` makes it; {SSHA} (nginx reads it too) without openssl."""
-    if shutil.which("openssl"):
-        made = subprocess.run(
-            ["openssl", "passwd", "-6", "-stdin"], input=password, capture_output=True, text=True, check=True
-        )
-        return f"{user}:{made.stdout.strip()}\n"
-    salt = os.urandom(8)
-    digest = hashlib.sha1(password.encode() + salt).digest()
-    return f"{user}:{{SSHA}}{base64.b64encode(digest + salt).decode()}\n"
+    """As docs/operations.md's `openssl passwd -6` makes it."""
+    made = subprocess.run(
+        [program("openssl", "openssl"), "passwd", "-6", "-stdin"],
+        input=password,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return f"{user}:{made.stdout.strip()}\n"
 
 
 @pytest.fixture
@@ -98,7 +89,15 @@ def nginx(tmp_path):
         errors = tmp_path / "nginx-error.log"
         logged = len(errors.read_text(errors="replace")) if errors.exists() else 0  # this start's part
         proc = subprocess.Popen(
-            [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "nginx-error.log")],
+            [
+                program("nginx", "nginx"),
+                "-p",
+                str(tmp_path),
+                "-c",
+                str(tmp_path / "nginx.conf"),
+                "-e",
+                str(tmp_path / "nginx-error.log"),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -132,10 +131,19 @@ def upstream(tmp_path):
 
 
 def self_signed(tmp_path):
-    if not shutil.which("openssl"):
-        pytest.skip("openssl is not installed (.ci/run installs it): the TLS lines of docs/operations.md were not run")
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        [
+            program("openssl", "openssl"),
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]
         + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "tls.key")]
         + ["-out", str(tmp_path / "tls.crt")],
         capture_output=True,
