@@ -50,9 +50,11 @@ RUN := $(PY) -m ops $(if $(WORKERS),--workers $(WORKERS))
 # faster. Then bytecode, compiled once here because CI sets PYTHONDONTWRITEBYTECODE (every process
 # would compile what it imports), but not for the packages' own test suites, which nothing imports.
 UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps
-# uv keeps its cache under HOME; an account whose HOME it cannot write (nobody's /nonexistent) keeps it in the venv
+# pip and uv keep their caches under HOME; an account whose HOME they cannot write (nobody's
+# /nonexistent) keeps them in the venv
 ifneq ($(shell [ -w "$${XDG_CACHE_HOME:-$$HOME}" ] && echo yes),yes)
 export UV_CACHE_DIR ?= $(abspath $(VENV))/.uv-cache
+export PIP_CACHE_DIR ?= $(abspath $(VENV))/.pip-cache
 endif
 $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
