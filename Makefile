@@ -53,8 +53,9 @@ UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-de
 # pip and uv keep their caches under HOME; an account whose HOME they cannot write (nobody's
 # /nonexistent) keeps them in the venv
 ifneq ($(shell [ -w "$${XDG_CACHE_HOME:-$$HOME}" ] && echo yes),yes)
-export UV_CACHE_DIR ?= $(abspath $(VENV))/.uv-cache
-export PIP_CACHE_DIR ?= $(abspath $(VENV))/.pip-cache
+UV_CACHE_DIR ?= $(abspath $(VENV))/.uv-cache
+PIP_CACHE_DIR ?= $(abspath $(VENV))/.pip-cache
+export UV_CACHE_DIR PIP_CACHE_DIR
 endif
 $(VENV)/.installed: requirements.lock setup.cfg pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

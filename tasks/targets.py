@@ -5,7 +5,7 @@ The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its rel
 key) in both. Everything a later run or another host needs is in the store: targets, day files,
 failure records, breakers, and the deployment-wide state of the cap (runs' heartbeats, marks of
 solves in flight and regions that wait, the cap in force, the cap's lease, the cap log, the busy
-verdict). Only Luigi's `--lock-pid-dir` is per host (`cli.lock_dir()`).
+verdict). Only Luigi's `--lock-pid-dir` is per host (`ops.run.lock_dir()`).
 """
 
 import datetime

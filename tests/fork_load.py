@@ -68,7 +68,7 @@ def main() -> int:
     args = argparse.Namespace(
         command="backfill", start=str(days[0]), stop=str(days[-1]), newest_first=False, task_limit=None, workers=4
     )
-    from ops.cli import lock_dir, log_to_stderr
+    from ops.run import lock_dir, log_to_stderr
 
     log_to_stderr()
     begin = time.monotonic()

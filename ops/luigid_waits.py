@@ -1,0 +1,87 @@
+"""luigid's side of a run: the tasks it disabled, the runs it shares work with, and its cooldown."""
+
+import datetime
+import time
+from collections.abc import Sequence
+
+from portal_export.state import store_now
+from tasks import config, targets
+from tasks.base import PortalTask
+from tasks.day import DayExport
+from tasks.region import RegionExport
+from tasks.secrets import say
+
+from . import luigi_run, luigid, run_alert
+
+LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
+
+
+def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
+    """These days' DayExport and RegionExport tasks, by Luigi task id."""
+    found: list[PortalTask] = [DayExport(d) for d in days]
+    found += [RegionExport(d, r) for d in days for r in config.regions()]
+    return {task.task_id: task for task in found}
+
+
+def task_ids(days: Sequence[datetime.date]) -> set[str]:
+    """Luigi task ids of these days' DayExport and RegionExport tasks."""
+    return set(portal_tasks(days))
+
+
+def reenable(url: str, days: Sequence[datetime.date]) -> None:
+    """Let the operator's new run retry tasks luigid disabled after their one failure."""
+    wanted = task_ids(days)
+    sched = luigid.remote(url)
+    for task_id in sched.task_list("DISABLED", ""):
+        if task_id in wanted:
+            sched.re_enable_task(task_id)
+            say(f"re-enabled {task_id}")
+
+
+def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool = True) -> bool:
+    """Wait while another run, sharing luigid, has work on these days that are not complete yet.
+
+    A worker exits once none of its tasks is pending, also while some are still running in another
+    run's worker: this run waits for that run's tasks (running, or pending with that run as a
+    stakeholder) to end, so that its final check sees what the other run delivered. True when
+    another run had such work. `pending=False`: running tasks only (they end soon, and write
+    their failure records first), for a run that failed: a worker that exited stays a
+    stakeholder of its pending tasks until luigid prunes it.
+    """
+    wanted = task_ids(days)
+    # This process's Luigi workers, done by now, by their whole id: its salt tells them from another
+    # host's with the same hostname and pid (containers, cloned machines).
+    me = luigi_run.OWN_WORKERS
+    sched = luigid.remote(url)
+    statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
+    told = False
+    while not all_complete(days):
+        busy = [
+            task_id
+            for status in statuses
+            for task_id, task in sched.task_list(status, "").items()
+            if task_id in wanted and (status == "RUNNING" or any(w not in me for w in task["workers"]))
+        ]
+        if not busy:
+            return told
+        if not told:
+            say(f"waiting for {len(busy)} task(s) of these days that another run has")
+            told = True
+        time.sleep(0.5)
+    return told
+
+
+def all_complete(days: Sequence[datetime.date]) -> bool:
+    return set(days) <= run_alert.complete_days(days)
+
+
+def settle_done_cooldown(done_at: float) -> None:
+    """luigid keeps a task DONE for stable_done_cooldown_secs after it finished, whatever a worker
+    says (so that two runs do not run a just-finished task twice): a task made incomplete on
+    purpose within that time must wait it out to be run again. `done_at` is on the store's clock
+    (when the task's output was written), compared with the store's now: the host that ran it may
+    have a clock minutes off."""
+    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
+    if wait > 0:
+        say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")
+        time.sleep(wait)

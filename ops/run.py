@@ -1,0 +1,256 @@
+"""A run around `luigi.build`: its checks, the scheduler it goes through, the plan it follows,
+Luigi's lock, and the exit code its days make (luigi.cfg's [retcode], ops/luigi_run.py)."""
+
+import argparse
+import datetime
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import luigi
+import luigi.interface
+import luigi.retcodes
+import requests
+
+from portal_export.errors import ExportError
+from portal_export.plan import plan_verdict
+from tasks import config, targets
+from tasks.day import DayExport
+from tasks.login import check_login
+from tasks.region import make_solver
+from tasks.secrets import say
+
+from . import heal, luigi_run, luigid, retention_run, run_alert, steward, takeover
+from . import scheduler_url as central
+from .arguments import UsageError
+from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
+
+DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
+
+
+def scheduler_url() -> str:
+    url = os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
+    problem = central.problem(url)
+    if problem:
+        raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
+    return url
+
+
+def choose_scheduler() -> str | None:
+    """The central scheduler's URL when SCHEDULER asks for it (and it answers); None: the local one.
+
+    A proxy that refuses the URL's credentials (or their absence) is a configuration error, also
+    with SCHEDULER=auto: falling back to a local scheduler would drop the cap shared across runs.
+    """
+    mode = os.environ.get("SCHEDULER") or "auto"
+    if mode not in ("auto", "local", "central"):
+        raise UsageError(f"SCHEDULER={mode!r}: use auto, local or central")
+    if mode == "local":
+        say("scheduler: local (SCHEDULER=local)")
+        return None
+    url = scheduler_url()
+    shown = central.shown(url)
+    try:
+        status = central.status(url)
+    except requests.exceptions.SSLError as err:
+        raise UsageError(
+            f"the central scheduler at {shown} failed TLS verification ({err.__class__.__name__}): "
+            "REQUESTS_CA_BUNDLE=/path/to/ca.pem names a private CA"
+        ) from None
+    if status in central.REFUSED:
+        given = (
+            "the credentials in" if urlsplit(url).username else "a request without credentials: put USER:PASSWORD@ in"
+        )
+        raise UsageError(f"the central scheduler at {shown} refused {given} LUIGI_SCHEDULER_URL (HTTP {status})")
+    if status is not None:
+        say(f"scheduler: central at {shown} (visualiser: {central.bare(url)})")
+        return url
+    if mode == "central":
+        raise UsageError(
+            f"SCHEDULER=central, but no central scheduler answers at {shown}: start it with `make scheduler`"
+        )
+    say(f"scheduler: local (no central scheduler answers at {shown})")
+    return None
+
+
+def worker_count(args: argparse.Namespace) -> int:
+    return args.workers or luigi.interface.core().workers
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What can be refused in one line without a request: the arguments and the configuration."""
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"WORKERS={args.workers}: give at least 1")
+    config.regions()
+    config.api_key()
+    retention_run.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    heal.after_s()
+    targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
+    targets.check_tmpdir()
+
+
+def preflight() -> None:
+    """The portal login, before any request to CaptchaAI. Inside the run's alert: a night whose
+    login is refused (a changed or expired password) is a night that failed."""
+    check_login(config.captchaai().http_timeout_s, say)
+
+
+def luigid_cap(url: str) -> int:
+    """The captchaai cap in force on luigid: its own [resources], not this process's config."""
+    for resource in luigid.remote(url).resource_list():
+        if resource["name"] == config.RESOURCE:
+            return int(resource["num_total"])
+    return 1  # luigid's default for a resource its config does not declare
+
+
+def plan_check(
+    args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
+) -> tuple[list[str], steward.PlanSeen | None]:
+    """Compare plan threads with the cap and workers; returns the problems (printed) and the reading
+    (None when CaptchaAI did not answer), which `run`'s alert notes too.
+
+    With a central scheduler at `url` the cap compared is luigid's, the one that holds.
+    """
+    if url:
+        cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
+    else:
+        cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
+    workers = worker_count(args)
+    try:
+        threads, working = make_solver().threads()
+    except ExportError as err:
+        say(f"{'' if strict else 'warning: '}plan check: CaptchaAI answered {err}")
+        if strict:
+            raise
+        return [str(err)], None
+    if run is not None:
+        run.note_plan(threads, working)
+    problems = plan_verdict(threads, cap, workers)
+    prefix = "warning: " if problems and not strict else ""
+    say(
+        f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
+        + ("ok" if not problems else "; ".join(problems))
+    )
+    say(steward.describe(url, threads, working))
+    if working >= threads:
+        say(
+            f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
+            "solves wait for threads to free up"
+        )
+    return problems, steward.PlanSeen(threads, working)
+
+
+def log_to_stderr() -> None:
+    """Luigi's default logging covers its own logger only: the project's lines (task ids, retries,
+    busy plan threads) would be lost below WARNING and printed bare above. An operator's
+    [core] logging_conf_file decides instead."""
+    core = luigi.interface.core()
+    if core.logging_conf_file:
+        return
+    for name in ("portal_export", "tasks", "ops"):
+        logger = logging.getLogger(name)
+        if not any(getattr(h, "portal_export_cli", False) for h in logger.handlers):
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s: %(name)s: %(message)s"))
+            setattr(handler, "portal_export_cli", True)  # noqa: B010 (ours, found again by getattr above)
+            logger.addHandler(handler)
+            logger.setLevel(getattr(logging, core.log_level, logging.INFO))
+
+
+def lock_dir() -> Path:
+    """Where Luigi's same-command lock lives: one directory per data dir on this host, for this user.
+
+    Luigi refuses a second process with the same command line while one runs (exit
+    already_running). Its default, /tmp/luigi, is machine-wide, so runs into other data dirs
+    (another account, another config, a parallel test) would block each other. The lock is a pid
+    file, and pids mean something on one host only: in the shared data dir, a host would read
+    another host's pid as one of its own processes (PID namespaces make that certain), so the
+    directory is host-local, named for the data dir.
+    """
+    where = hashlib.sha256(targets.where().encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    if base.stat().st_uid != os.getuid():  # someone else's, in a shared /tmp: never trust its pid files
+        raise UsageError(f"{base} belongs to another user: set TMPDIR to a directory of your own")
+    path = base / "luigi-locks" / where
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_luigi(
+    args: argparse.Namespace,
+    tasks: Sequence[luigi.Task],
+    days: Sequence[datetime.date],
+    redone_at: float | None = None,
+    run: run_alert.RunAlert | None = None,
+) -> int:
+    """Luigi's exit code for the run of `tasks` (which make `days`); 0 for tasks another run
+    completed in the meantime.
+
+    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished;
+    `run`: the alert around the run, which notes a busy plan at its start.
+    """
+    log_to_stderr()
+    url = choose_scheduler()
+    _, seen = plan_check(args, url=url, run=run)
+    if url:
+        reenable(url, days)
+        if redone_at:
+            settle_done_cooldown(redone_at)
+    locks = lock_dir()
+    codes = luigi.retcodes.retcode()
+    others = False
+
+    def settle(failed: bool) -> None:
+        nonlocal others
+        others = wait_for_other_runs(str(url), days, pending=not failed) or others
+
+    with steward.following_plan(url, seen) as factory:  # the cap follows the plan meanwhile
+        code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
+        if url and code != codes.already_running:  # tasks whose host died run again here, in this command
+            code = takeover.Takeover(url, portal_tasks(days), say).run(
+                code,
+                rerun=lambda: luigi_run.run(
+                    tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers, lock=False
+                ),
+                settle=settle,
+                done=lambda: all_complete(days),
+            )
+    retention_run.nightly()  # the run's bounded share of removing old state
+    # The worker ends early when tasks of these days run in another run's worker (on luigid): its
+    # status then says nothing went wrong, or "not granted run permission" for tasks done by
+    # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
+    # is the days: wait for the other run's tasks, then judge by the days' outputs.
+    if code and code in (codes.already_running, codes.not_run):
+        if url:
+            settle(False)
+        if all_complete(days):
+            return 0  # done, by whichever run did it
+        if url and (others or code == codes.already_running):
+            # settled: no other run has tasks of these days any more, and they left days missing
+            say("tasks of these days failed in another run on the central scheduler (its output says why)")
+            return codes.task_failed
+        if code == codes.already_running:
+            say(f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})")
+    return code
+
+
+def export_day(
+    args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None] | None = None
+) -> int:
+    """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
+    preflight, returns when the newest task it made incomplete on purpose had finished."""
+    with run_alert.RunAlert(args, [day]) as run:
+        preflight()
+        redone_at = set_aside() if set_aside else None
+        code = run_luigi(args, [DayExport(day)], [day], redone_at, run)
+        if DayExport(day).complete():
+            store = targets.store()
+            say(
+                f"export: {store.location(targets.day_records_key(day))} and {store.location(targets.day_health_key(day))}"
+            )
+        return run.finish(code)  # non-zero when the day is missing
