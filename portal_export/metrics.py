@@ -214,24 +214,19 @@ class Metrics:
 
     def collect(self) -> list[Metric]:
         """Every metric now. A store error propagates (the caller reports the store as down)."""
-        s = self.settings
         days = self.complete_days()
         complete = set(days)
         for gone in self._days.keys() - complete:  # set aside by retry-unsolvable: read it again when rebuilt
             del self._days[gone]
             self._written.pop(gone, None)
-        window = self.window()
-        missing = [d for d in window if d not in complete]
         state = self.store.list(keys.STATE)
-        cap_seen = CapInForce(self.store, Runs(self.store, s.ttl_s)).read() if keys.CAP in state else None
         counts = self.counted(days, self.redone(state))
+        return self._day_metrics(days) + _counter_metrics(counts) + self._state_metrics(state)
 
-        def gauge(name: str, help: str, value: float | None) -> Metric:
-            return Metric(PREFIX + name, "gauge", help, [] if value is None else [({}, value)])
-
-        def counter(name: str, help: str, value: float) -> Metric:
-            return Metric(PREFIX + name, "counter", help, [({}, value)])
-
+    def _day_metrics(self, days: list[datetime.date]) -> list[Metric]:
+        """The window's days, the newest complete day's figures, and the settings that judge them."""
+        s = self.settings
+        missing = [d for d in self.window() if d not in set(days)]
         newest = days[-1] if days else None
         last = self.facts(newest) if newest else None
         return [
@@ -260,25 +255,6 @@ class Metrics:
                 "[portal] metrics_window_days in seconds: the window of days_missing and days_failed.",
                 s.window_days * 86400,
             ),
-            Metric(
-                PREFIX + "solves_total",
-                "counter",
-                "Solves recorded in the complete days' health files, by outcome (those of regions solved again included).",
-                [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)],
-            ),
-            counter("submits_total", "CaptchaAI submits of the complete days.", counts.submits),
-            counter("refused_tokens_total", "Tokens the portal refused in the complete days.", counts.refused_tokens),
-            counter(
-                "busy_waits_total",
-                "Submits refused for busy plan threads and waited out, in the complete days.",
-                counts.busy_waits,
-            ),
-            Metric(
-                PREFIX + "transient_errors_total",
-                "counter",
-                "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
-                [({"code": code}, n) for code, n in sorted(counts.transient_errors.items())],
-            ),
             gauge(
                 "last_day_unsolvable_ratio",
                 "Unsolvable regions / configured regions of the newest complete day.",
@@ -295,6 +271,13 @@ class Metrics:
                 "[portal] max_unsolvable_ratio: a day above it fails validation.",
                 s.max_unsolvable_ratio,
             ),
+        ]
+
+    def _state_metrics(self, state: list[str]) -> list[Metric]:
+        """The cap, the solves in flight and the breaker: what runs share now."""
+        s = self.settings
+        cap_seen = CapInForce(self.store, Runs(self.store, s.ttl_s)).read() if keys.CAP in state else None
+        return [
             gauge("cap_configured", "[resources] captchaai: the ceiling of solves in flight.", s.configured_cap),
             gauge(
                 "cap_in_force",
@@ -309,3 +292,36 @@ class Metrics:
             ),
             gauge("state_objects", f"Objects under {keys.STATE}.", len(state)),
         ]
+
+
+def gauge(name: str, help: str, value: float | None) -> Metric:
+    return Metric(PREFIX + name, "gauge", help, [] if value is None else [({}, value)])
+
+
+def counter(name: str, help: str, value: float) -> Metric:
+    return Metric(PREFIX + name, "counter", help, [({}, value)])
+
+
+def _counter_metrics(counts: Tally) -> list[Metric]:
+    """The complete days' counters (those of regions solved again included: they never decrease)."""
+    return [
+        Metric(
+            PREFIX + "solves_total",
+            "counter",
+            "Solves recorded in the complete days' health files, by outcome (those of regions solved again included).",
+            [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)],
+        ),
+        counter("submits_total", "CaptchaAI submits of the complete days.", counts.submits),
+        counter("refused_tokens_total", "Tokens the portal refused in the complete days.", counts.refused_tokens),
+        counter(
+            "busy_waits_total",
+            "Submits refused for busy plan threads and waited out, in the complete days.",
+            counts.busy_waits,
+        ),
+        Metric(
+            PREFIX + "transient_errors_total",
+            "counter",
+            "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
+            [({"code": code}, n) for code, n in sorted(counts.transient_errors.items())],
+        ),
+    ]

@@ -19,7 +19,7 @@ import tenacity
 
 from .errors import TokenRefused, TransientError, UnsolvableError
 from .portal import Login, export_once
-from .portal.session import Sink, Solver
+from .portal.session import Delivery, Sink, Solver
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,54 @@ def backoff(base_s: float, jitter_s: float, rng: Any = random) -> Callable[[tena
     return wait
 
 
+@dataclass
+class Attempt:
+    """One attempt of the retry policy, from a fresh page: an unsolvable task is resubmitted once for
+    the region (not once per attempt), a second gives the region up; a transient error is counted
+    and raised for tenacity to retry."""
+
+    out: RegionOutcome
+    fetch: Callable[[], Delivery]
+    unsolvable: int = 0
+
+    def __call__(self) -> RegionOutcome:
+        out = self.out
+        while True:
+            try:
+                delivery = self.fetch()
+            except UnsolvableError as err:
+                self.unsolvable += 1
+                if self.unsolvable >= 2:
+                    log.warning(
+                        "day %s region %s: unsolvable twice (tasks %s); giving the region up",
+                        out.day,
+                        out.region,
+                        ", ".join(out.task_ids),
+                    )
+                    out.status = "unsolvable"
+                    return out
+                log.info("day %s region %s: %s; resubmitting once from a fresh page", out.day, out.region, err.code)
+                continue
+            except TransientError as err:
+                out.transient_errors.append(err.code)
+                out.refused_tokens += isinstance(err, TokenRefused)
+                raise
+            out.rows, out.solve_seconds = delivery.rows, delivery.solve_seconds
+            return out
+
+
+def log_retry(out: RegionOutcome, state: tenacity.RetryCallState, attempts: int) -> None:
+    log.warning(
+        "day %s region %s: %s (attempt %d of %d); retrying in %.1f s",
+        out.day,
+        out.region,
+        state.outcome.exception() if state.outcome else "?",
+        state.attempt_number,
+        attempts,
+        state.upcoming_sleep,
+    )
+
+
 def export_region(
     day: object,
     region: str,
@@ -76,56 +124,22 @@ def export_region(
     A login refused is permanent like every other error that is no TransientError.
     """
     out = RegionOutcome(str(day), region)
-    unsolvable = 0
 
-    def attempt() -> RegionOutcome:
-        nonlocal unsolvable
-        while True:
-            out.attempts += 1
-            if on_attempt is not None:
-                on_attempt(out.attempts)
-            try:
-                delivery = export_once(
-                    out.day,
-                    region,
-                    base_url,
-                    solver,
-                    sink=sink,
-                    http_timeout_s=http_timeout_s,
-                    login=login,
-                    on_task=out.task_ids.append,
-                    on_poll=on_poll,
-                    on_repost=out.reposted_posts.append,
-                )
-            except UnsolvableError as err:
-                unsolvable += 1
-                if unsolvable >= 2:
-                    log.warning(
-                        "day %s region %s: unsolvable twice (tasks %s); giving the region up",
-                        out.day,
-                        region,
-                        ", ".join(out.task_ids),
-                    )
-                    out.status = "unsolvable"
-                    return out
-                log.info("day %s region %s: %s; resubmitting once from a fresh page", out.day, region, err.code)
-                continue
-            except TransientError as err:
-                out.transient_errors.append(err.code)
-                out.refused_tokens += isinstance(err, TokenRefused)
-                raise
-            out.rows, out.solve_seconds = delivery.rows, delivery.solve_seconds
-            return out
-
-    def before_sleep(state: tenacity.RetryCallState) -> None:
-        log.warning(
-            "day %s region %s: %s (attempt %d of %d); retrying in %.1f s",
+    def fetch() -> Delivery:
+        out.attempts += 1
+        if on_attempt is not None:
+            on_attempt(out.attempts)
+        return export_once(
             out.day,
             region,
-            state.outcome.exception() if state.outcome else "?",
-            state.attempt_number,
-            attempts,
-            state.upcoming_sleep,
+            base_url,
+            solver,
+            sink=sink,
+            http_timeout_s=http_timeout_s,
+            login=login,
+            on_task=out.task_ids.append,
+            on_poll=on_poll,
+            on_repost=out.reposted_posts.append,
         )
 
     retrying = tenacity.Retrying(
@@ -133,11 +147,11 @@ def export_region(
         wait=backoff(retry_base_s, retry_jitter_s, rng),
         retry=tenacity.retry_if_exception_type(TransientError),
         sleep=sleep,
-        before_sleep=before_sleep,
+        before_sleep=lambda state: log_retry(out, state, attempts),
         reraise=True,
     )
     try:
-        return retrying(attempt)
+        return retrying(Attempt(out, fetch))
     except TransientError as err:
         raise TransientError(err.code, f"{err.detail} (gave up after {attempts} attempts)") from None
     finally:
