@@ -166,16 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("retry-unsolvable", help="re-attempt a day's unsolvable regions, keeping its solved ones")
     p.add_argument("day")
     p.set_defaults(func=cmd_retry_unsolvable)
-    p = sub.add_parser("plan", help="compare the CaptchaAI plan with the cap and workers")
-    p.set_defaults(func=cmd_plan)
-    p = sub.add_parser("alert-test", help="send a test message through every configured alert channel")
-    p.set_defaults(func=cmd_alert_test)
-    p = sub.add_parser("clear-breaker", help="let requests with the key go out again")
-    p.set_defaults(func=cmd_clear_breaker)
-    p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
-    p.set_defaults(func=cmd_report)
-    p = sub.add_parser("state", help="what the data dir keeps besides the outputs: count, oldest, bytes per kind")
-    p.set_defaults(func=cmd_state)
+    sub.add_parser("plan", help="compare the CaptchaAI plan with the cap and workers").set_defaults(func=cmd_plan)
+    sub.add_parser("alert-test", help="send a test message through every configured alert channel").set_defaults(
+        func=cmd_alert_test
+    )
+    sub.add_parser("clear-breaker", help="let requests with the key go out again").set_defaults(func=cmd_clear_breaker)
+    sub.add_parser("report", help="solve-health table and plot from the data dir's health files").set_defaults(
+        func=cmd_report
+    )
+    sub.add_parser(
+        "state", help="what the data dir keeps besides the outputs: count, oldest, bytes per kind"
+    ).set_defaults(func=cmd_state)
     p = sub.add_parser("prune", help="remove now what [portal] keep_state_days lets go")
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     p.set_defaults(func=cmd_prune)
@@ -192,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run luigid in the foreground (for systemd: deploy/), with the state, history and log dir of the background one",
     )
     p.set_defaults(func=cmd_scheduler)
-    p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
-    p.set_defaults(func=cmd_scheduler_stop)
+    sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started").set_defaults(
+        func=cmd_scheduler_stop
+    )
     p = sub.add_parser("metrics-server", help="serve GET /metrics (Prometheus) from the data dir until stopped")
     p.add_argument("--port", default="9464", help="the port (make metrics-server METRICS_PORT=...); 0: any free one")
     p.add_argument("--bind", default=luigid.LOOPBACK, help="the address (METRICS_BIND=...); loopback by default")

@@ -72,6 +72,14 @@ COLOR_MISSING = "#7f7f7f"
 COLOR_RATIO = "#9467bd"
 COLOR_SOLVES = "#2ca02c"
 COLOR_ROWS = "#17becf"
+RATIO_BARS = (
+    {"color": COLOR_RATIO, "label": "unsolvable ratio"},
+    {"color": COLOR_FAILED, "label": "unsolvable ratio, failed day"},
+)
+ROWS_BARS = (
+    {"color": COLOR_ROWS, "label": "rows exported"},
+    {"facecolor": "none", "edgecolor": COLOR_FAILED, "lw": 1.2, "label": "rows fetched, not exported\n(failed day)"},
+)
 
 
 class _LegendStyle(TypedDict):
@@ -195,6 +203,19 @@ def _bar(
         ax.bar(x[keep], values[keep], **style)
 
 
+def _split_bars(
+    ax: Axes,
+    x: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+    failed: npt.NDArray[np.bool_],
+    styles: tuple[dict[str, Any], dict[str, Any]],
+    **style: Any,
+) -> None:
+    """The days that passed in the first style, those that failed in the second (each over `style`)."""
+    _bar(ax, x, values, ~failed, **{**style, **styles[0]})
+    _bar(ax, x, values, failed, **{**style, **styles[1]})
+
+
 def _legend(ax: Axes, handles: list[Artist] | None = None) -> None:
     handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
     if handles:
@@ -271,17 +292,7 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
 
     # Unsolvable ratio, against the validation threshold.
     ratio = _floats(frame["unsolvable_ratio"])
-    _bar(ax_ratio, x, ratio, ~failed, width=bar_width, color=COLOR_RATIO, label="unsolvable ratio", **bar_style)
-    _bar(
-        ax_ratio,
-        x,
-        ratio,
-        failed,
-        width=bar_width,
-        color=COLOR_FAILED,
-        label="unsolvable ratio, failed day",
-        **bar_style,
-    )
+    _split_bars(ax_ratio, x, ratio, failed, RATIO_BARS, width=bar_width, **bar_style)
     top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
     if max_unsolvable_ratio is not None:
         ax_ratio.axhline(
@@ -329,18 +340,7 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
 
     # Rows exported.
     rows = _floats(frame["rows"])
-    _bar(ax_rows, x, rows, ~failed, width=bar_width, color=COLOR_ROWS, label="rows exported", **bar_style)
-    _bar(
-        ax_rows,
-        x,
-        rows,
-        failed,
-        width=bar_width,
-        facecolor="none",
-        edgecolor=COLOR_FAILED,
-        lw=1.2,
-        label="rows fetched, not exported\n(failed day)",
-    )
+    _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
     cast(MaxNLocator, ax_rows.yaxis.get_major_locator()).set_params(integer=True)
     ax_rows.set_ylabel("rows")
     _legend(ax_rows)

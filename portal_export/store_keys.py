@@ -9,9 +9,10 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
     portal_records_YYYY-MM-DD.health.json         its health                } validated day
     regions/YYYY-MM-DD/<region>.jsonl             a region's solve facts, then its records
     regions/YYYY-MM-DD/<region>.jsonl.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
-    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
-    regions/YYYY-MM-DD/failures/region-<r>.json   failure records (`failures.py`)
-    regions/YYYY-MM-DD/failures/day.json
+    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation (no day
+                                                  files: they mean "complete")
+    regions/YYYY-MM-DD/failures/region-<r>.json   the error code of a region's last failure,
+    regions/YYYY-MM-DD/failures/day.json          and of the day's other than validation (`failures.py`)
     report/                                       the solve-health report (`report.py`)
     _state/                                       what runs share, on every host:
         breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
@@ -90,18 +91,15 @@ def region_dir(date: datetime.date) -> str:
 
 
 def region(date: datetime.date, name: str) -> str:
-    """A region's target: its facts, then its records, a line each (portal_export/region_file.py)."""
     return f"{region_dir(date)}{name}.jsonl"
 
 
-def failed_health(date: datetime.date) -> str:
-    """Health of a day that failed validation: kept out of the day files, which mean 'complete'."""
-    return f"{region_dir(date)}{FAILED_HEALTH}"
-
-
 def set_aside(date: datetime.date, name: str, stamp: str) -> str:
-    """An unsolvable region's target, set aside to be solved again: kept for the record."""
     return f"{region(date, name)}.unsolvable-{stamp}"
+
+
+def failed_health(date: datetime.date) -> str:
+    return f"{region_dir(date)}{FAILED_HEALTH}"
 
 
 def failures_prefix(date: datetime.date) -> str:
@@ -109,12 +107,11 @@ def failures_prefix(date: datetime.date) -> str:
 
 
 def region_failure(date: datetime.date, name: str) -> str:
-    """The error code of the region's last failure; a folder of its own, so listings of region targets miss it."""
+    # a folder of its own: listings of the region targets miss the failure records
     return f"{failures_prefix(date)}region-{name}.json"
 
 
 def day_failure(date: datetime.date) -> str:
-    """The error code of the day's last failure other than validation (that one is failed.health.json)."""
     return f"{failures_prefix(date)}day.json"
 
 

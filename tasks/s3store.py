@@ -92,6 +92,16 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     )
 
 
+def missing_as_none(call: Callable[[], T]) -> T | None:
+    """What `call` returns; None when the store answers that the object is not there."""
+    try:
+        return call()
+    except botocore.exceptions.ClientError as err:
+        if error_code(err) in MISSING:
+            return None
+        raise
+
+
 class ObjectClient(luigi.contrib.s3.S3Client):
     """Luigi's S3 client for a data dir of plain objects, never "directories".
 
@@ -221,16 +231,10 @@ class S3Store:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
     def read(self, key: str) -> bytes | None:
-        def get() -> bytes | None:
-            try:
-                answer = self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key)
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in MISSING:
-                    return None
-                raise
-            return bytes(answer["Body"].read())
+        def get() -> bytes:
+            return bytes(self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
 
-        return self._retry(get, f"reading {key}")
+        return self._retry(lambda: missing_as_none(get), f"reading {key}")
 
     def write(self, key: str, data: bytes) -> None:
         self._retry(
@@ -277,16 +281,12 @@ class S3Store:
         return self.client.exists(self.location(key))
 
     def modified(self, key: str) -> float | None:
-        def head() -> float | None:
-            try:
-                answer = self.client.api.head_object(Bucket=self.bucket, Key=self.prefix + key)
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in MISSING:
-                    return None
-                raise
-            return float(answer["LastModified"].timestamp())
+        def head() -> float:
+            return float(
+                self.client.api.head_object(Bucket=self.bucket, Key=self.prefix + key)["LastModified"].timestamp()
+            )
 
-        return self._retry(head, f"checking {key}")
+        return self._retry(lambda: missing_as_none(head), f"checking {key}")
 
     def delete(self, key: str) -> None:
         self._retry(lambda: self.client.api.delete_object(Bucket=self.bucket, Key=self.prefix + key), f"deleting {key}")

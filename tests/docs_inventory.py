@@ -164,7 +164,7 @@ def commands() -> dict[str, tuple[Frame, ast.expr]]:
                         if k.arg == "func":
                             handlers.append((node.lineno, k.value))
             for line, handler in handlers:
-                name = max((m for m in made if m[0] < line), default=(0, None))[1]
+                name = max((m for m in made if m[0] <= line), default=(0, None))[1]  # chained: one line
                 found[name] = (Frame(mod, func), handler)
     return found
 
