@@ -24,7 +24,7 @@ MB = 1024 * 1024
 # unshare --uts without --fork execs its command: the host's root process keeps the pid we started.
 AS_HOST = (
     "import os, socket, sys; socket.sethostname(sys.argv[1]); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'tasks', *sys.argv[2:]])"
+    "os.execv(sys.executable, [sys.executable, '-m', 'ops', *sys.argv[2:]])"
 )
 DONE = re.compile(r"done\s+RegionExport\(")  # Luigi's line for each region this host's workers ran
 
