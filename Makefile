@@ -106,7 +106,7 @@ cover-by-test: $(VENV)/.installed ## the suite with every test's processes measu
 	COVER_BY_TEST=1 $(PY) -m pytest $(XDIST) -q \
 		--cov --cov-report=
 	@rm -f .coverage.*
-	$(PY) -m tests.cover_by_test .coverage
+	$(PY) -m tests.helpers.cover_by_test .coverage
 
 .PHONY: test-fast
 test-fast: $(VENV)/.installed ## the unit tests and in-process tests only (no live servers, no processes), under a minute

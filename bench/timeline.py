@@ -1,5 +1,5 @@
 """make bench-timeline: the soak's nights (bench/soak.py) with what the metrics said after each step,
-into bench/timeline.json, from which tests/test_rules_timeline.py writes a `promtool test rules` file.
+into bench/timeline.json, from which tests/repo/test_rules_timeline.py writes a `promtool test rules` file.
 
 Night n exports day FIRST_DAY + n - 1 (`python -m ops export DAY`, the sandbox at the soak's time
 scale, a local data dir): night KILLED is SIGKILLed and run again, night FAILED fails validation

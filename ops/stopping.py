@@ -12,13 +12,16 @@ set. What made that slow or unreliable, each handled here:
   its way out (a terminal's Ctrl-C reaches them itself): each inherits this handler, so its solve
   unwinds too, its in-flight mark released, and the process ends quietly (tasks/process.py).
 - Python drops an exception raised in a fork hook or a `__del__` ("Exception ignored in"), where
-  a signal may land while Luigi forks a task process: until the run has been seen to stop, the
-  signal is sent again every second (ignored once the run unwinds).
+  a signal may land while Luigi forks a task process, and Luigi's local scheduler catches every
+  exception where it records task history, logging it with its traceback: until the run has been
+  seen to stop, the signal is sent again every second (ignored once the run unwinds), and a
+  `Stopped` Luigi swallowed is not logged as an error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -61,12 +64,22 @@ def handled(wanted: bool = True) -> Iterator[None]:
     before = {signum: signal.getsignal(signum) for signum in SIGNALS}
     for signum in SIGNALS:
         signal.signal(signum, _handle)
+    scheduler_log = logging.getLogger("luigi.scheduler")
+    scheduler_log.addFilter(_not_a_stop)
     try:
         yield
     finally:
+        scheduler_log.removeFilter(_not_a_stop)
         if not _requested.is_set():
             for signum, handler in before.items():
                 signal.signal(signum, handler)
+
+
+def _not_a_stop(record: logging.LogRecord) -> bool:
+    """False for a record of a Stopped: by now its traceback is text (tasks/secrets.py scrubs it),
+    whose last line names the exception."""
+    last = (record.exc_text or "").rsplit("\n", 1)[-1]
+    return not last.startswith(f"{Stopped.__module__}.{Stopped.__qualname__}:")
 
 
 def requested() -> bool:

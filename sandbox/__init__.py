@@ -3,7 +3,7 @@ them the launchers of local servers (`luigid.py`, `seaweedfs.py`, `hosts.py`) an
 (`demo.py`, `demo_fleet.py`). None of it ships in the wheel.
 
 The stand-ins are independent of the project's packages on purpose: they check the project's
-client against the protocol, not against the client's own idea of it (tests/test_layout.py).
+client against the protocol, not against the client's own idea of it (tests/repo/test_layout.py).
 
 Protocol choices where the real service leaves room:
 - threadsinfo answers its fields bare, json=1 or not: {"threads": "5", "working_threads": N}.

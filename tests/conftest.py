@@ -7,15 +7,17 @@ import luigi.configuration
 import pytest
 
 from sandbox.luigid import ForegroundLuigid
+from tests import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 # A test that uses one of these starts a live server or a process (the sandbox on loopback, luigid,
 # the CLI, SeaweedFS, hosts in namespaces): marked `live`, left out by `make test-fast`.
 LIVE_FIXTURES = {"sandbox", "live", "luigid", "cli", "central", "shared_central", "hosts", "seaweedfs", "s3_data_dir"}
-# Modules whose every test does so without those fixtures (make's demos, nginx, luigid by hand, the
-# sandbox's own servers, forked CLIs), and parameters that start SeaweedFS through getfixturevalue.
-LIVE_MODULES = ("test_live_", "test_fleet", "test_ops_", "test_demo", "test_bench_invariant", "test_readme_nginx")
-LIVE_MODULES += ("test_fork_safety", "test_sandbox")
+# Rooms and modules whose every test does so without those fixtures (make's demos, nginx, luigid by
+# hand, the sandbox's own servers, forked CLIs), and parameters that start SeaweedFS through getfixturevalue.
+LIVE_MODULES = ("tests.live.", "tests.fleet.", "tests.sandbox.", "tests.repo.test_bench_invariant")
+LIVE_MODULES += ("tests.repo.test_readme_nginx", "tests.ops.test_fork_safety")
+LIVE_MODULES += tuple(f"tests.ops.test_{name}" for name in ("backfill", "monitoring", "plan", "proxy", "scheduler"))
+LIVE_MODULES += ("tests.ops.test_state", "tests.ops.test_visualiser")
 LIVE_PARAMS = {"s3"}
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
 
@@ -31,7 +33,7 @@ def pytest_collection_modifyitems(items):
         params = set(map(str, getattr(getattr(item, "callspec", None), "params", {}).values()))
         if (
             LIVE_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or item.module.__name__.split(".")[-1].startswith(LIVE_MODULES)
+            or item.module.__name__.startswith(LIVE_MODULES)
             or LIVE_PARAMS & params
         ):
             item.add_marker(pytest.mark.live)
@@ -96,7 +98,7 @@ BY_TEST = "COVER_BY_TEST"  # set by make cover-by-test
 @pytest.fixture(autouse=True)
 def unmeasured(request, monkeypatch):
     """A test marked `unmeasured` starts its processes without coverage. Under `make cover-by-test`
-    every test measures them, their data tagged with the test's id and mark (tests/cover_by_test.py)."""
+    every test measures them, their data tagged with the test's id and mark (tests/helpers/cover_by_test.py)."""
     config = os.environ.get(MEASURED)
     marked = request.node.get_closest_marker("unmeasured") is not None
     if config and os.environ.get(BY_TEST):
@@ -308,7 +310,7 @@ class Luigid(ForegroundLuigid):
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out).
 
     It keeps no task history unless a test asks (`history`), and runs without coverage: what it runs
-    of ours, ops/luigid_metrics.py, tests/test_metrics.py measures in-process. Each would about double
+    of ours, ops/luigid_metrics.py, tests/portal_export/test_metrics.py measures in-process. Each would about double
     luigid's CPU (SQLAlchemy's writes at every task event; coverage tracing Luigi's code)."""
 
     def __init__(self, home, extra=None, history=False):
