@@ -1,5 +1,6 @@
 import json
 import os
+import time
 from pathlib import Path
 
 import luigi
@@ -20,6 +21,15 @@ LIVE_MODULES += tuple(f"tests.ops.test_{name}" for name in ("backfill", "monitor
 LIVE_MODULES += ("tests.ops.test_state", "tests.ops.test_visualiser")
 LIVE_PARAMS = {"s3"}
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
+
+
+def wait_for(predicate, what, timeout=60, every=0.05):
+    """`predicate()`'s first true value, asked every `every` s; fails naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+    return found
 
 
 def read_region(path):
@@ -182,10 +192,14 @@ def sandbox():
         sb.stop()
 
 
+def cfg_text(sections):
+    """The text of a layered luigi.cfg: {section: {key: value}}."""
+    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+
+
 def write_cfg(path, sections):
     """A layered luigi.cfg (for LUIGI_CONFIG_PATH of subprocesses)."""
-    text = "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
-    path.write_text(text)
+    path.write_text(cfg_text(sections))
     return path
 
 

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from sandbox import SANDBOX_USER
-from tests.conftest import FAST_CLIENT
+from tests.conftest import FAST_CLIENT, cfg_text
 from tests.helpers.alert_servers import webhook  # noqa: F401 (fixture)
-from tests.helpers.fleet import Bucket, layered, shared_env
+from tests.helpers.fleet import Bucket, shared_env
 
 CAP = 4  # luigi.cfg's [resources] captchaai, which the `central` luigid serves
 BAN_AFTER = CAP + 1
@@ -33,7 +33,7 @@ def fleet(sandbox, central, hosts, s3_data_dir, seaweedfs, webhook):  # noqa: F8
         sb = sandbox(ban_after=BAN_AFTER, **sb_config)
         hook = webhook()
         shared = {**shared_env(sb, central, s3_data_dir), "ALERT_WEBHOOK_URL": hook.url, **env}
-        cfg = layered({**FAST_CLIENT, "core": {"workers": 2}})
+        cfg = cfg_text({**FAST_CLIENT, "core": {"workers": 2}})
         return sb, [hosts(name, shared, cfg) for name in HOSTS], hook, Bucket(seaweedfs, s3_data_dir)
 
     return make

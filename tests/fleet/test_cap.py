@@ -5,16 +5,15 @@ the last run out puts luigid's cap back."""
 
 import itertools
 import re
-import time
 
 import psutil
 import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.runs import split_run, ttl_s
-from tests.conftest import FAST_CLIENT, polls
+from tests.conftest import FAST_CLIENT, cfg_text, polls, wait_for
 from tests.fleet.test_host_killed import FAST_DEATH, fleet_luigid  # noqa: F401 (fixture)
-from tests.helpers.fleet import Bucket, expected_lines, layered, shared_env
+from tests.helpers.fleet import Bucket, expected_lines, shared_env
 
 START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
@@ -36,14 +35,6 @@ def most_at_once(tasks):
     return peak
 
 
-def wait_for(predicate, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-    return found
-
-
 @pytest.mark.long
 @pytest.mark.unmeasured
 def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):  # noqa: F811
@@ -51,7 +42,7 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     is below the test's folder, and Luigi's worker binds a Unix socket there, 108 bytes at most.)"""
     sb = sandbox(solve_s=300)  # 3 s a solve: the backfill outlasts the owner's death by more than the TTL
     env = shared_env(sb, fleet_luigid, s3_data_dir)  # the hosts share no directory: luigid, the bucket, the sandbox
-    cfg = layered({**TIMINGS, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
+    cfg = cfg_text({**TIMINGS, "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}})
     fleet = {name: hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")}
     from tasks.s3store import S3Store
 

@@ -15,11 +15,11 @@ import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.state import split_run
-from tests.conftest import polled
-from tests.fleet.test_cap import CAP, TIMINGS, wait_for
+from tests.conftest import cfg_text, polled, wait_for
+from tests.fleet.test_cap import CAP, TIMINGS
 from tests.fleet.test_host_killed import FAST_DEATH, fleet_luigid, region_of, submits  # noqa: F401 (fixture)
 from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from tests.helpers.fleet import Bucket, expected_lines, layered, shared_env
+from tests.helpers.fleet import Bucket, expected_lines, shared_env
 
 START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
@@ -122,7 +122,7 @@ def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over
     """Three hosts named `vm`, each CLI pid 1 in its namespace: three runs, told apart by their ids."""
     sb = sandbox(solve_s=100)  # 1 s a solve
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered(
+    cfg = cfg_text(
         {**polled(TIMINGS, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
     )
     fleet = {name: hosts(name, env, cfg, hostname="vm") for name in ("host-a", "host-b", "host-c")}
@@ -150,7 +150,7 @@ def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     three, and one alert is sent."""
     sb = sandbox(solve_s=100)
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered(
+    cfg = cfg_text(
         {**polled(TIMINGS, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
     )
     clocks = {"ahead": SKEW_S, "behind": -SKEW_S, "right": 0.0}
@@ -164,7 +164,7 @@ def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     # a failed run: one alert, whichever host claims it first and whatever its clock says
     hook = webhook()
     failing = {**env, "CAPTCHAAI_API_KEY": "f" * 32, "ALERT_WEBHOOK_URL": hook.url}
-    cfg = layered({**FAST_CLIENT_ALERT, **smtp_server.cfg(), "core": {"workers": 2}})
+    cfg = cfg_text({**FAST_CLIENT_ALERT, **smtp_server.cfg(), "core": {"workers": 2}})
     second = [hosts(f"{name}-2", failing, cfg, clock_s=offset) for name, offset in clocks.items()]
     for host in second:
         host.start("backfill", "2026-06-01", "2026-06-03")

@@ -10,9 +10,9 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 import pytest
 
-from tests.conftest import FAST_CLIENT, Luigid, polled
+from tests.conftest import FAST_CLIENT, Luigid, cfg_text, polled
 from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from tests.helpers.fleet import Bucket, expected_lines, layered, shared_env
+from tests.helpers.fleet import Bucket, expected_lines, shared_env
 
 START, STOP = "2026-05-01", "2026-05-07"
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
@@ -51,7 +51,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3
     both did part of the work."""
     sb = sandbox(solve_s=50)  # 0.5 s per solve: the hosts' solves overlap
     env = shared_env(sb, central, s3_data_dir)
-    cfg = layered({**polled(FAST_CLIENT, 0.5), "core": {"workers": 2}})
+    cfg = cfg_text({**polled(FAST_CLIENT, 0.5), "core": {"workers": 2}})
     a, b = hosts("host-a", env, cfg), hosts("host-b", env, cfg)
 
     a.start("backfill", START, STOP)
@@ -72,7 +72,7 @@ def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, s3_
     with it (no PR_SET_PDEATHSIG round needed); nothing of the host polls CaptchaAI afterwards."""
     sb = sandbox(solve_s=1000)  # 10 s per solve: the regions are mid-solve when the host dies
     env = {**shared_env(sb, None, s3_data_dir), "SCHEDULER": "local"}
-    host = hosts("host-a", env, layered({**FAST_CLIENT, "core": {"workers": 2}})).start("backfill", START, STOP)
+    host = hosts("host-a", env, cfg_text({**FAST_CLIENT, "core": {"workers": 2}})).start("backfill", START, STOP)
     deadline = time.monotonic() + 30
     while len(sb.tasks()) < 2:  # both task processes submitted a solve and poll it
         assert time.monotonic() < deadline and host.proc.poll() is None, host.output()[1][-2000:]
@@ -125,7 +125,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     only waste)."""
     sb = sandbox(solve_s=100)  # 1 s per solve
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    cfg = layered(
+    cfg = cfg_text(
         {**polled(FAST_CLIENT, 1.0), "core": {"workers": 2}, "scheduler": {"retry_delay": FAST_DEATH["retry_delay"]}}
     )
     a, b, c = (hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c"))
@@ -178,7 +178,7 @@ def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, fleet_luigid, host
     hook = webhook()
     env = {**shared_env(sb, fleet_luigid, s3_data_dir), "CAPTCHAAI_API_KEY": "f" * 32}
     env["ALERT_WEBHOOK_URL"] = hook.url
-    cfg = layered({**FAST_CLIENT, **smtp_server.cfg(), "core": {"workers": 2}})
+    cfg = cfg_text({**FAST_CLIENT, **smtp_server.cfg(), "core": {"workers": 2}})
     fleet = [hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")]
     for host in fleet:
         host.start("backfill", START, "2026-05-04")

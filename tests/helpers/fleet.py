@@ -4,14 +4,7 @@ directory) and reading the bucket through the store's own S3 API."""
 import json
 import os
 
-from sandbox import SANDBOX_KEY, expected_records
-
-REGIONS = ("north", "south", "east", "west")
-
-
-def layered(sections):
-    """The text of a layered luigi.cfg."""
-    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+from sandbox import REGIONS, SANDBOX_KEY, expected_records
 
 
 def shared_env(sb, central, data_url):

@@ -20,7 +20,6 @@ from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixt
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 PASSWORD = "pw-Sup3rS3cret-portal"  # set, never used for a login here: it must be scrubbed all the same
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
-REGIONS = ("north", "south", "east", "west")
 
 
 def days(start, stop):

@@ -6,10 +6,10 @@ import datetime
 import json
 
 from bench.big import PeakRSS, expected_digest, file_digest
+from sandbox import REGIONS
 from sandbox.big_answers import BigAnswer
 
 DAY = datetime.date(2026, 9, 1)
-REGIONS = ("north", "south", "east", "west")
 MB = 1024 * 1024
 SIZES = {"east": 24 * MB, "west": 12 * MB}  # east JSON, west CSV
 # Held whole (the JSON text, then its objects), the east answer takes several times its size;

@@ -15,11 +15,10 @@ import pytest
 
 from portal_export.breaker import KeyBreaker, fingerprint
 from portal_export.store import LocalStore
-from sandbox import SANDBOX_KEY
+from sandbox import REGIONS, SANDBOX_KEY
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account (a revoked key answers the same)
 NEW_KEY = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
-REGIONS = ("north", "south", "east", "west")
 BAN_AFTER = 5
 FAILED_LINE = re.compile(r" failed    RegionExport\(date=(\d{4}-\d{2}-\d{2}), region=(\w+)\)$", re.M)
 RAISED_LINE = re.compile(r"^portal_export\.errors\.(\w+): (\w+): ", re.M)  # a traceback's last line

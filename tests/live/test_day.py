@@ -1,15 +1,15 @@
-"""A day through Luigi against the sandbox over real HTTP: the happy path and an unsolvable region."""
+"""A day through Luigi in this process against the sandbox over real HTTP (an unsolvable region:
+tests/live/test_errors.py, through the CLI)."""
 
 import datetime
 import json
 
 import luigi
 
-from sandbox import expected_records, sitekey_for
+from sandbox import REGIONS, expected_records, sitekey_for
 from tasks import DayExport
 
 DAY = datetime.date(2026, 9, 1)
-REGIONS = ("north", "south", "east", "west")
 
 
 def build(*tasks, workers=4):
@@ -33,15 +33,3 @@ def test_a_day_over_real_http_delivers_every_record_once(live, data_dir):
     assert stats["key_in_query"] == 0
     assert stats["tokens"]["accepted"] == 4 and not stats["tokens"]["refused"]
     assert stats["threads"]["peak"] <= 4
-
-
-def test_an_unsolvable_region_is_resubmitted_once_and_counted(sandbox, live, data_dir):
-    live.configure(unsolvable_sitekeys=frozenset({sitekey_for("west")}))
-    result = build(DayExport(date=DAY))
-    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    health = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())
-    west = health["regions"]["west"]
-    assert west["status"] == "unsolvable" and len(west["task_ids"]) == 2 and west["solve_seconds"] is None
-    assert health["unsolvable"] == 1 and health["unsolvable_ratio"] == 0.25
-    submitted = [t for t in live.tasks() if t["googlekey"] == sitekey_for("west")]
-    assert [t["id"] for t in submitted] == west["task_ids"]

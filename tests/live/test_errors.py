@@ -25,11 +25,10 @@ from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import SUBMIT_RESENDS, CaptchaAI
 from portal_export.errors import BusyThreads, TransientError
 from portal_export.store import LocalStore
-from sandbox import NO_PLAN_KEY, SANDBOX_KEY, FaultPlan, sitekey_for
+from sandbox import NO_PLAN_KEY, REGIONS, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 from tests.conftest import read_region
 
-REGIONS = ("north", "south", "east", "west")
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account
 SHORT_KEY = "not-a-key"
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
@@ -502,6 +501,7 @@ def test_an_unsolvable_region_is_resubmitted_once_then_counted(live, cli, data_d
     health = json.loads((data_dir / f"portal_records_{d}.health.json").read_text())
     east = health["regions"]["east"]
     assert east["status"] == "unsolvable" and east["attempts"] == 2 and east["transient_errors"] == []
+    assert east["solve_seconds"] is None and east["rows"] == 0
     submitted = [t for t in served(live) if t["googlekey"] == sitekey_for("east")]
     assert [t["id"] for t in submitted] == east["task_ids"] and all(t["status"] == "unsolvable" for t in submitted)
     assert live.stats()["codes"]["res.php"]["ERROR_CAPTCHA_UNSOLVABLE"] == 2

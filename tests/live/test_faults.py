@@ -6,11 +6,10 @@ import json
 import re
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import FaultPlan
+from sandbox import REGIONS, FaultPlan
 from sandbox.config import CAPTCHAAI_KINDS
 from tests.conftest import read_region
 
-REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-05-01", "2026-05-11"
 DAYS = [f"2026-05-{d:02d}" for d in range(1, 11)]
 # Every kind is also scheduled once among the first 30 in.php and res.php requests (a 10-day backfill

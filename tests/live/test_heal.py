@@ -14,9 +14,8 @@ from ops.cli import main
 from portal_export import store_keys as keys
 from portal_export.metrics import Metrics, Settings
 from portal_export.store import LocalStore
-from sandbox import sitekey_for
+from sandbox import REGIONS, sitekey_for
 
-REGIONS = ("north", "south", "east", "west")
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
 TODAY = datetime.datetime.now(datetime.timezone.utc).date()
 

@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import psutil
 
-from tests.conftest import ROOT, read_region
+from sandbox import REGIONS
+from tests.conftest import ROOT, read_region, wait_for
 
-REGIONS = ("north", "south", "east", "west")
 START, STOP = "2026-04-01", "2026-04-05"
 DAYS = ["2026-04-01", "2026-04-02", "2026-04-03", "2026-04-04"]
 TMP = "-luigi-tmp-"  # luigi.LocalTarget's temporary names
@@ -29,13 +29,6 @@ def start_backfill(tmp_path, name):
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 def alive(proc):
@@ -75,7 +68,7 @@ def kill_run(proc, data_dir):
     proc.wait()  # it is dead (the kernel signalled its children as it died): anything written later is an orphan's
     dead_at = time.time()  # file times come from a coarser clock: never later than this for earlier writes
     # every process of the run gone, those listed above and any forked since: no orphan polls or writes
-    wait_for(lambda: not run_processes(data_dir), 0.5, "the task processes to die with the run")
+    wait_for(lambda: not run_processes(data_dir), "the task processes to die with the run", 0.5, every=0.002)
     late = [p.name for p, mtime in final_files(data_dir).items() if before.get(p) != mtime and mtime > dead_at]
     assert late == []  # an orphaned RegionExport or DayExport would have finished its file after the kill
     return len(children)
@@ -123,7 +116,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
 
     # 1. Killed while four solves are in flight.
     run = start_backfill(tmp_path, "run1")
-    wait_for(lambda: sum(t["status"] == "pending" for t in live.tasks()) >= 4, 10, "four solves in flight")
+    wait_for(lambda: sum(t["status"] == "pending" for t in live.tasks()) >= 4, "four solves in flight", 10, every=0.002)
     assert kill_run(run, data_dir) >= 4
     assert_nothing_partial(live, data_dir)
     assert exported(data_dir) == set()
@@ -142,7 +135,7 @@ def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_onc
             [e.name for e in os.scandir(data_dir) if e.name.startswith(tuple(day_names))] if data_dir.exists() else []
         )
 
-    wait_for(lambda: writing_days() or run.poll() is not None, 20, "a day file")
+    wait_for(lambda: writing_days() or run.poll() is not None, "a day file", 20, every=0.002)
     assert run.poll() is None, (tmp_path / "run2.log").read_text()[-3000:]  # it ended before writing a day
     kill_run(run, data_dir)
     assert_nothing_partial(live, data_dir)

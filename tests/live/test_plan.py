@@ -18,7 +18,7 @@ import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.store import LocalStore
-from tests.conftest import polls
+from tests.conftest import polls, wait_for
 
 BACKFILL = ("2026-03-01", "2026-03-09")  # 8 days x 4 regions
 DAYS = [f"2026-03-0{d}" for d in range(1, 9)]
@@ -75,13 +75,6 @@ def other_consumer(live, n, seconds=None):
     release.start()
 
 
-def wait_for(predicate, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def lowerings(changes):
     """How often the cap came down from the configured 4."""
     caps = [c["cap"] for c in changes]
@@ -107,10 +100,10 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
     env = request.getfixturevalue("central").env if scheduler == "central" else {}
     watch = Watch(live, data_dir)
     proc = cli.start("backfill", *BACKFILL, **env)
-    wait_for(lambda: len(live.tasks()) >= 6, "the backfill got going")
+    wait_for(lambda: len(live.tasks()) >= 6, "the backfill got going", 30, every=0.01)
     other_consumer(live, 2, seconds=1.5)
     if scheduler == "central":  # the cap in force is luigid's resource total: the visualiser's Resources page
-        wait_for(lambda: "→ 2: " in cli.output(proc)[1], "the cap came down")
+        wait_for(lambda: "→ 2: " in cli.output(proc)[1], "the cap came down", 30, every=0.01)
 
         # luigid's total is the cap in force plus a slot lent to each region that waits (a backoff, a busy wait)
         def lent():
@@ -125,7 +118,12 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
             return json.loads((data_dir / "_state" / "cap.json").read_text())["cap"]
 
         # read together: under load the cap may rise again (through 3) between two reads
-        wait_for(lambda: cap() == 2 and total() - lent() == 2 and cap() == 2, "luigid's total is the cap in force, 2")
+        wait_for(
+            lambda: cap() == 2 and total() - lent() == 2 and cap() == 2,
+            "luigid's total is the cap in force, 2",
+            30,
+            every=0.01,
+        )
     code = proc.wait(timeout=90)
     watch.end()
     err = cli.output(proc)[1]
@@ -151,12 +149,17 @@ def test_a_plan_that_shrinks_and_grows_back_moves_the_cap_with_it(live, fast_cfg
     live.configure(solve_s=SOLVE_S * 100)
     watch = Watch(live, data_dir)
     proc = cli.start("backfill", *BACKFILL)
-    wait_for(lambda: len(live.tasks()) >= 6, "the backfill got going")
+    wait_for(lambda: len(live.tasks()) >= 6, "the backfill got going", 30, every=0.01)
     live.configure(threads=3)
-    wait_for(lambda: "cap 4 → 2" in cli.output(proc)[1], "the cap followed the smaller plan")
+    wait_for(lambda: "cap 4 → 2" in cli.output(proc)[1], "the cap followed the smaller plan", 30, every=0.01)
     # the lowered cap is used, not idled: two of ours solve at once under it (however slowly a loaded
     # machine starts the next region), and only then does the plan grow back
-    wait_for(lambda: any(own == 2 for _, own, cap, _ in watch.samples if cap == 2), "two solves at once under cap 2")
+    wait_for(
+        lambda: any(own == 2 for _, own, cap, _ in watch.samples if cap == 2),
+        "two solves at once under cap 2",
+        30,
+        every=0.01,
+    )
     live.configure(threads=5)
     code = proc.wait(timeout=90)
     watch.end()
@@ -179,14 +182,21 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
     watch = Watch(live, data_dir)
     first = cli.start("backfill", "2026-04-01", "2026-04-07", **central.env)
     second = cli.start("backfill", "2026-04-04", "2026-04-10", **central.env)
-    wait_for(lambda: len(live.tasks()) >= 6, "the backfills got going")
+    wait_for(lambda: len(live.tasks()) >= 6, "the backfills got going", 30, every=0.01)
     for episode in (1, 2):
         # the consumer holds its threads until the owner lowered the cap for them, then leaves, and the
         # next comes once the cap is back: a loaded machine's late reading cannot miss an episode
         other_consumer(live, 2)
-        wait_for(lambda n=episode: lowerings(watch.cap_changes()) == n, f"episode {episode}: the cap came down")
+        wait_for(
+            lambda n=episode: lowerings(watch.cap_changes()) == n,
+            f"episode {episode}: the cap came down",
+            30,
+            every=0.01,
+        )
         live.release_threads()
-        wait_for(lambda: watch.cap_changes()[-1]["cap"] == 4, f"episode {episode}: the cap went back up")
+        wait_for(
+            lambda: watch.cap_changes()[-1]["cap"] == 4, f"episode {episode}: the cap went back up", 30, every=0.01
+        )
     codes = [first.wait(timeout=120), second.wait(timeout=120)]
     watch.end()
     errs = [cli.output(p)[1] for p in (first, second)]
@@ -214,7 +224,7 @@ def test_no_usable_thread_makes_regions_wait_without_a_refused_submit_then_run(l
     live.pause_clock()  # the consumer's threads stay taken until the run saw them, however slowly it starts
     left = 1.5 - (live.now() - taken_at)
     proc = cli.start("export", "2026-03-20")
-    wait_for(lambda: "cap 0 (" in cli.output(proc)[1], "the run started at cap 0")
+    wait_for(lambda: "cap 0 (" in cli.output(proc)[1], "the run started at cap 0", 30, every=0.01)
     seen_at_zero = time.time()  # the run was at cap 0 by now, and stays there until the threads free
     live.resume_clock()
     released = time.time() + left  # when the other consumer's threads free up

@@ -18,13 +18,13 @@ import pytest
 
 from ops.steward import REMOTE_LEND_EVERY_S
 from portal_export import retention
+from sandbox import REGIONS
 from sandbox.ports import free_port
 from sandbox.seaweedfs import SECRET_KEY
 from tests.conftest import ROOT
 from tests.helpers.alert_servers import webhook  # noqa: F401 (fixture)
 from tests.helpers.tcp_proxy import TcpProxy
 
-REGIONS = ("north", "south", "east", "west")
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 
 

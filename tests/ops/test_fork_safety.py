@@ -14,7 +14,7 @@ import time
 import pytest
 
 from portal_export import forksafe
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_cfg
 
 F_SETPIPE_SZ = 1031  # Linux: a pipe of one page fills between the test's reads
 FIONREAD = 0x541B  # Linux: the bytes waiting in a pipe
@@ -98,8 +98,9 @@ def test_500_forks_while_the_progress_and_plan_threads_log_and_read_the_plan(san
     from sandbox import SANDBOX_KEY
 
     sb = sandbox()
-    cfg = tmp_path / "load.cfg"
-    cfg.write_text("[captchaai]\nplan_every_s = 0.02\nhttp_timeout_s = 2\n[worker]\ntimeout = 20\n")
+    cfg = write_cfg(
+        tmp_path / "load.cfg", {"captchaai": {"plan_every_s": 0.02, "http_timeout_s": 2}, "worker": {"timeout": 20}}
+    )
     env = {
         **os.environ,
         "CAPTCHAAI_API_KEY": SANDBOX_KEY,

@@ -26,7 +26,6 @@ from tests.conftest import ROOT, polls
 from tests.helpers.programs import is_root, namespace_command, program
 
 DAY = datetime.date(2026, 9, 1)
-REGIONS = ("north", "south", "east", "west")
 
 
 def rpc(url, method, **args):

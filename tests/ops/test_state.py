@@ -16,7 +16,7 @@ from portal_export.failures import write_failure
 from portal_export.store import LocalStore
 from sandbox.ports import free_port
 from tasks.s3store import S3Store
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, write_cfg
 from tests.portal_export.test_retention import seed_history
 
 ROOT = str(tests.ROOT)
@@ -107,8 +107,7 @@ def test_state_and_prune_on_a_local_data_dir(cli, tmp_path):
 
 
 def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
-    cfg = tmp_path / "keep.cfg"
-    cfg.write_text(f"[portal]\nkeep_state_days = {2 / DAY_S!r}\n")  # two seconds
+    cfg = write_cfg(tmp_path / "keep.cfg", {"portal": {"keep_state_days": repr(2 / DAY_S)}})  # two seconds
     store = S3Store(s3_data_dir)
     log = CapLog(store)
     log.note(3, 4, "another consumer", "gone-host-1")

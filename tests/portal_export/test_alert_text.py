@@ -5,8 +5,8 @@ import datetime
 from portal_export.alert_text import MissingDay, RunFacts, progress_line, summarize
 from portal_export.failures import clear_failure, read_failure, write_failure
 from portal_export.store import LocalStore
+from sandbox import REGIONS
 
-REGIONS = ("north", "south", "east", "west")
 D = [datetime.date(2026, 6, 1) + datetime.timedelta(days=i) for i in range(30)]
 
 

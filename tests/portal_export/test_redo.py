@@ -14,9 +14,9 @@ from portal_export.breaker import fingerprint
 from portal_export.health import day_health
 from portal_export.metrics import Metrics, Settings
 from portal_export.store import LocalStore, write_json
+from sandbox import REGIONS
 from tests.portal_export.test_metrics import NOW, SETTINGS, day, values
 
-REGIONS = ["north", "south", "east", "west"]
 COUNTERS = (
     "portal_export_solves_total{outcome=solved}",
     "portal_export_solves_total{outcome=unsolvable}",

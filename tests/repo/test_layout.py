@@ -119,3 +119,27 @@ def test_the_wheel_ships_no_stand_in_and_no_test_secret(tmp_path):
         assert tops == {"portal_export", "tasks", "ops"}, tops
         leaking = [name for name in names if SECRET_KEY.encode() in z.read(name)]
     assert not leaking, f"the test secret ships in {leaking}"
+
+
+def test_the_tests_say_the_regions_a_wait_and_a_config_once():
+    """One REGIONS (the sandbox's, which are luigi.cfg's), one wait_for and one config writer
+    (tests/conftest.py): a test that needs them imports them."""
+    import configparser
+
+    from sandbox import REGIONS
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "luigi.cfg")
+    assert tuple(cfg["portal"]["regions"].split(",")) == REGIONS
+    found = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            names = [node.name] if isinstance(node, ast.FunctionDef) else []
+            names += [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            for name in set(names) & {"REGIONS", "wait_for", "write_cfg", "cfg_text", "layered"}:
+                found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert found == {
+        "wait_for": ["tests/conftest.py"],
+        "write_cfg": ["tests/conftest.py"],
+        "cfg_text": ["tests/conftest.py"],
+    }

@@ -128,6 +128,8 @@ def test_one_unsolvable_region_passes_and_is_counted(env, data_dir):
     east = health["regions"]["east"]
     assert east["status"] == "unsolvable" and east["solve_seconds"] is None and east["rows"] == 0
     assert len(east["task_ids"]) == 2  # one fresh resubmission, then counted
+    facts, records = read_region(data_dir / "regions" / str(DAY) / "east.jsonl")  # the target, for the record
+    assert (facts["status"], facts["task_ids"], records) == ("unsolvable", east["task_ids"], [])
     assert not any(r["z_id"].endswith(tuple(f"east-{i}" for i in range(3))) for r in rows)
 
 
@@ -155,16 +157,6 @@ def test_a_rerun_of_a_complete_day_makes_no_request(env, data_dir):
     assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
     assert len(SOLVER.solved) == solved
     assert read_day(data_dir)[1]["solves"] == 4
-
-
-def test_region_target_is_written_when_unsolvable(env, data_dir):
-    SOLVER.unsolvable = {"sk-north"}
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as rs:
-        portal_mock(rs)
-        result = build(FakeRegionExport(date=DAY, region="north"))
-    assert result.status == luigi.execution_summary.LuigiStatusCode.SUCCESS
-    facts, records = read_region(data_dir / "regions" / str(DAY) / "north.jsonl")
-    assert facts["status"] == "unsolvable" and records == [] and len(facts["task_ids"]) == 2
 
 
 def test_a_permanent_error_fails_the_region_once_and_names_the_code(env, data_dir):
