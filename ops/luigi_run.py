@@ -21,7 +21,7 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
-from tasks.process import helpers_die_with_worker
+from tasks.process import EndsQuietly, helpers_die_with_worker
 
 from . import stopping
 
@@ -32,6 +32,10 @@ Status = luigi.execution_summary.LuigiStatusCode
 # The ids of the Luigi workers this process made ("Worker(salt=..., host=..., pid=...)"): its own
 # among a task's workers on luigid, where hostname and pid alone may be another host's too.
 OWN_WORKERS: set[str] = set()
+
+
+# Luigi's hook around each task process: one stopped after its task's run ends quietly too
+QUIET_END = f"{EndsQuietly.__module__}.{EndsQuietly.__qualname__}"
 
 
 class WorkerSchedulerFactory:
@@ -66,7 +70,11 @@ class WorkerSchedulerFactory:
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
         with helpers_die_with_worker():  # its completion cache's server, when it has one
             worker = luigi.worker.Worker(
-                scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
+                scheduler=scheduler,
+                worker_processes=worker_processes,
+                assistant=assistant,
+                task_process_context=QUIET_END,
+                **self.settings,
             )
         OWN_WORKERS.add(str(worker._id))
         if self.on_worker is not None:

@@ -97,7 +97,7 @@ def listens(pid: int, port: int) -> bool:
     """Whether process `pid` listens on TCP `port`."""
     try:
         sockets = psutil.Process(pid).net_connections("tcp")
-    except psutil.NoSuchProcess:
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or a zombie (its fds unreadable but to root)
         return False
     return any(s.status == psutil.CONN_LISTEN and s.laddr.port == port for s in sockets)
 

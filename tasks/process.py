@@ -50,6 +50,23 @@ def helpers_die_with_worker() -> Iterator[None]:
         _starting_helpers = False
 
 
+class EndsQuietly:
+    """Luigi's `[worker] task_process_context` for the run's worker: a task process told to stop
+    after its task's run (while it hands the result to its worker, which is stopping too) ends as
+    `stops_quietly` ends one within the run, not with the traceback multiprocessing prints."""
+
+    def __init__(self, process: object) -> None:
+        self.process = process
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        if isinstance(exc, KeyboardInterrupt) and os.getpid() != WORKER_PID:
+            sys.stderr.flush()
+            os._exit(128 + signal.SIGINT)
+
+
 @contextlib.contextmanager
 def stops_quietly() -> Iterator[None]:
     """A task process told to stop (Ctrl-C at the terminal, or the signal its worker passes on:
