@@ -10,7 +10,7 @@ directory of the caller's choosing.
 """
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import luigi
@@ -27,11 +27,6 @@ from . import stopping
 
 log = logging.getLogger(__name__)
 Status = luigi.execution_summary.LuigiStatusCode
-
-
-# The ids of the Luigi workers this process made ("Worker(salt=..., host=..., pid=...)"): its own
-# among a task's workers on luigid, where hostname and pid alone may be another host's too.
-OWN_WORKERS: set[str] = set()
 
 
 # Luigi's hook around each task process: one stopped after its task's run ends quietly too
@@ -56,6 +51,9 @@ class WorkerSchedulerFactory:
         self.on_local = on_local
         self.on_worker = on_worker
         self.settings = settings
+        # the ids of the workers it made ("Worker(salt=..., host=..., pid=...)"): this run's among a
+        # task's workers on luigid, where hostname and pid alone may be another host's too
+        self.own_workers: set[str] = set()
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
         # the arguments of Luigi's own factory (luigi.interface)
@@ -76,7 +74,7 @@ class WorkerSchedulerFactory:
                 task_process_context=QUIET_END,
                 **self.settings,
             )
-        OWN_WORKERS.add(str(worker._id))
+        self.own_workers.add(str(worker._id))
         if self.on_worker is not None:
             self.on_worker(worker, int(worker_processes))
         return worker
@@ -143,7 +141,7 @@ def run(
         return int(codes.already_running)
     except KeyboardInterrupt:
         if scheduler_url and stopping.requested():
-            let_go(scheduler_url)
+            let_go(scheduler_url, factory.own_workers)
         raise
     except Exception:
         log.exception("Luigi stopped with an unexpected error")
@@ -151,7 +149,7 @@ def run(
     return exit_code(result.status, roots_complete, codes)
 
 
-def let_go(url: str) -> None:
+def let_go(url: str, own_workers: Collection[str]) -> None:
     """Hand back to luigid the tasks this process's workers were running when the run was told
     to stop, each pending again: the next run (or another host's) runs them at once, rather than
     after luigid takes the worker for dead ([scheduler] worker_disconnect_delay) and retry_delay
@@ -161,7 +159,7 @@ def let_go(url: str) -> None:
     sched: Any = stopping.RemoteScheduler(url)
     try:
         for task_id, task in sched.task_list("RUNNING", "").items():
-            if task.get("worker_running") in OWN_WORKERS:
+            if task.get("worker_running") in own_workers:
                 sched.add_task(task_id=task_id, status="FAILED", worker=task["worker_running"], expl="run stopped")
                 sched.re_enable_task(task_id)
                 sched.forgive_failures(task_id)

@@ -2,7 +2,7 @@
 
 import datetime
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from portal_export.state import store_now
 from tasks import config, targets
@@ -11,7 +11,7 @@ from tasks.day import DayExport
 from tasks.region import RegionExport
 from tasks.secrets import say
 
-from . import luigi_run, luigid, run_alert
+from . import luigid, run_alert
 
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 
@@ -38,7 +38,9 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool = True) -> bool:
+def wait_for_other_runs(
+    url: str, days: Sequence[datetime.date], own_workers: Collection[str], pending: bool = True
+) -> bool:
     """Wait while another run, sharing luigid, has work on these days that are not complete yet.
 
     A worker exits once none of its tasks is pending, also while some are still running in another
@@ -46,12 +48,11 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
     stakeholder) to end, so that its final check sees what the other run delivered. True when
     another run had such work. `pending=False`: running tasks only (they end soon, and write
     their failure records first), for a run that failed: a worker that exited stays a
-    stakeholder of its pending tasks until luigid prunes it.
+    stakeholder of its pending tasks until luigid prunes it. `own_workers`: this run's workers,
+    done by now, by their whole id (its salt tells them from another host's with the same
+    hostname and pid: containers, cloned machines).
     """
     wanted = task_ids(days)
-    # This process's Luigi workers, done by now, by their whole id: its salt tells them from another
-    # host's with the same hostname and pid (containers, cloned machines).
-    me = luigi_run.OWN_WORKERS
     sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False
@@ -60,7 +61,7 @@ def wait_for_other_runs(url: str, days: Sequence[datetime.date], pending: bool =
             task_id
             for status in statuses
             for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(w not in me for w in task["workers"]))
+            if task_id in wanted and (status == "RUNNING" or any(w not in own_workers for w in task["workers"]))
         ]
         if not busy:
             return told

@@ -207,7 +207,7 @@ def run_luigi(
 
     def settle(failed: bool) -> None:
         nonlocal others
-        others = wait_for_other_runs(str(url), days, pending=not failed) or others
+        others = wait_for_other_runs(str(url), days, factory.own_workers, pending=not failed) or others
 
     with steward.following_plan(url, seen) as factory:  # the cap follows the plan meanwhile
         code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
