@@ -21,16 +21,12 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
-from tasks.process import EndsQuietly, helpers_die_with_worker
+from tasks.process import helpers_die_with_worker
 
 from . import stopping
 
 log = logging.getLogger(__name__)
 Status = luigi.execution_summary.LuigiStatusCode
-
-
-# Luigi's hook around each task process: one stopped after its task's run ends quietly too
-QUIET_END = f"{EndsQuietly.__module__}.{EndsQuietly.__qualname__}"
 
 
 class WorkerSchedulerFactory:
@@ -71,7 +67,6 @@ class WorkerSchedulerFactory:
                 scheduler=scheduler,
                 worker_processes=worker_processes,
                 assistant=assistant,
-                task_process_context=QUIET_END,
                 **self.settings,
             )
         self.own_workers.add(str(worker._id))

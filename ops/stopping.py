@@ -9,19 +9,22 @@ set. What made that slow or unreliable, each handled here:
   worker joins its keep-alive thread, whose ping may be in those retries, before it ends: after
   the signal a `RemoteScheduler` here makes no further attempt and waits for nothing.
 - With workers > 1 the solves run in task processes, which Luigi's worker ends with SIGTERM on
-  its way out (a terminal's Ctrl-C reaches them itself): each inherits this handler, so its solve
-  unwinds too, its in-flight mark released, and the process ends quietly (tasks/process.py).
-- Python drops an exception raised in a fork hook or a `__del__` ("Exception ignored in"), where
-  a signal may land while Luigi forks a task process, and Luigi's local scheduler catches every
-  exception where it records task history, logging it with its traceback: until the run has been
-  seen to stop, the signal is sent again every second (ignored once the run unwinds), and a
-  `Stopped` Luigi swallowed is not logged as an error.
+  its way out (a terminal's Ctrl-C reaches them itself). A forked process ends at once, quietly;
+  within its task's run, the stop unwinds the solve first, its in-flight mark released
+  (tasks/process.py). Raised anywhere else, Luigi or multiprocessing would print it, or a child
+  caught between its task and its exit would unwind into its worker's code.
+- Python drops an exception raised in a fork hook or a `__del__` ("Exception ignored in"), and
+  Luigi's local scheduler catches every exception where it records task history, logging it with
+  its traceback: until the run has been seen to stop, the signal is sent again every tenth of a second
+  (ignored once the run unwinds), a stop that lands while this process forks (in the fork hooks of
+  `logging` and others) waits for the next one, and a `Stopped` Luigi swallowed is not logged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -34,7 +37,7 @@ from tenacity import Retrying, stop_any, stop_when_event_set
 from tenacity.stop import stop_base
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-AGAIN_EVERY_S = 1.0
+AGAIN_EVERY_S = 0.1  # a stop dropped (a fork hook, an `except BaseException` of Luigi's) comes again this soon
 LAST_RPC_TIMEOUT_S = 2.0  # an RPC made after the signal (telling luigid what ends) waits this long at most
 PING_TIMEOUT_S = 3.0  # luigid answers a ping in milliseconds; a worker that ends waits for one in flight
 
@@ -44,6 +47,7 @@ _silent = threading.Event()  # luigid left an RPC made after the stop unanswered
 _requested = threading.Event()
 _seen = threading.Event()  # the run caught its Stopped: no more signals are sent again
 _signum: int = signal.SIGINT
+_forking = threading.Event()  # between the fork hooks: an exception raised there is dropped
 
 
 class Stopped(KeyboardInterrupt):
@@ -75,6 +79,24 @@ def handled(wanted: bool = True) -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
+def _in_forked_child() -> None:
+    _forking.clear()
+    for signum in SIGNALS:
+        if signal.getsignal(signum) is _handle:
+            signal.signal(signum, _end_quietly)
+
+
+def _end_quietly(signum: int, frame: FrameType | None) -> None:
+    """A forked process's stop outside its task's run: the exit code a task process stopped within
+    it has (tasks/process.py), nothing printed."""
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)
+
+
+# Registered after logging's (imported first): its "before" runs before theirs, its "after" after.
+os.register_at_fork(before=_forking.set, after_in_parent=_forking.clear, after_in_child=_in_forked_child)
+
+
 def _not_a_stop(record: logging.LogRecord) -> bool:
     """False for a record of a Stopped: by now its traceback is text (tasks/secrets.py scrubs it),
     whose last line names the exception."""
@@ -98,7 +120,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         _signum = signum
         _requested.set()
         threading.Thread(target=_again, name="stop-again", daemon=True).start()
-    if not _seen.is_set() and not _unwinding():
+    if not _seen.is_set() and not _unwinding() and not _forking.is_set():
         raise Stopped(_signum)
     # else already unwinding: the task processes' own signal, one sent again, a second Ctrl-C
 

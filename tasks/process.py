@@ -50,21 +50,11 @@ def helpers_die_with_worker() -> Iterator[None]:
         _starting_helpers = False
 
 
-class EndsQuietly:
-    """Luigi's `[worker] task_process_context` for the run's worker: a task process told to stop
-    after its task's run (while it hands the result to its worker, which is stopping too) ends as
-    `stops_quietly` ends one within the run, not with the traceback multiprocessing prints."""
+STOPS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, process: object) -> None:
-        self.process = process
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
-        if isinstance(exc, KeyboardInterrupt) and os.getpid() != WORKER_PID:
-            sys.stderr.flush()
-            os._exit(128 + signal.SIGINT)
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
@@ -72,11 +62,22 @@ def stops_quietly() -> Iterator[None]:
     """A task process told to stop (Ctrl-C at the terminal, or the signal its worker passes on:
     ops/stopping.py) ends once the task has unwound, its solves abandoned and their marks
     released: no traceback, and no failure reported for a task nobody let finish. Where the
-    worker runs the task itself (workers=1) the worker stops as a whole instead."""
+    worker runs the task itself (workers=1) the worker stops as a whole instead.
+
+    A stop interrupts a task process only within its task's run: a signal that a run handles
+    (ops/stopping.py ends a task process at once outside it, where Luigi and multiprocessing would
+    print the interruption, or a forked child could unwind into its worker's code) raises here."""
+    forked = os.getpid() != WORKER_PID
+    handled = {s: h for s in STOPS if callable(h := signal.getsignal(s))} if forked else {}
+    for signum in handled:
+        signal.signal(signum, _interrupt)
     try:
         yield
     except KeyboardInterrupt:
-        if os.getpid() == WORKER_PID:
+        if not forked:
             raise
         sys.stderr.flush()
         os._exit(128 + signal.SIGINT)
+    finally:
+        for signum, handler in handled.items():
+            signal.signal(signum, handler)
