@@ -36,6 +36,8 @@ import luigi.rpc
 from tenacity import Retrying, stop_any, stop_when_event_set
 from tenacity.stop import stop_base
 
+from tasks.process import end_quietly
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 AGAIN_EVERY_S = 0.1  # a stop dropped (a fork hook, an `except BaseException` of Luigi's) comes again this soon
 LAST_RPC_TIMEOUT_S = 2.0  # an RPC made after the signal (telling luigid what ends) waits this long at most
@@ -87,10 +89,8 @@ def _in_forked_child() -> None:
 
 
 def _end_quietly(signum: int, frame: FrameType | None) -> None:
-    """A forked process's stop outside its task's run: the exit code a task process stopped within
-    it has (tasks/process.py), nothing printed."""
-    sys.stderr.flush()
-    os._exit(128 + signal.SIGINT)
+    """A forked process's stop outside its task's run: it ends as one within it (tasks/process.py)."""
+    end_quietly()
 
 
 # Registered after logging's (imported first): its "before" runs before theirs, its "after" after.

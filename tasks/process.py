@@ -53,6 +53,15 @@ def helpers_die_with_worker() -> Iterator[None]:
 STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
+def end_quietly() -> None:
+    """A stopped task process's end: 130, nothing printed, and a second stop (the worker passes its
+    own on) no longer heard while it ends."""
+    for signum in STOPS:
+        signal.signal(signum, signal.SIG_IGN)
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -76,8 +85,7 @@ def stops_quietly() -> Iterator[None]:
     except KeyboardInterrupt:
         if not forked:
             raise
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGINT)
+        end_quietly()
     finally:
         for signum, handler in handled.items():
             signal.signal(signum, handler)
