@@ -40,9 +40,15 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-NAMESPACES = ["--pid", "--fork", "--mount-proc", "--uts", "--kill-child"]
-# Root makes the namespaces itself; anyone else, inside a user namespace mapping them to its root.
-UNSHARE = ["unshare", *([] if os.geteuid() == 0 else ["--user", "--map-root-user"]), *NAMESPACES]
+
+
+def unshare(*kinds: str) -> list[str]:
+    """`unshare` making namespaces of `kinds`: as root directly, otherwise inside a user namespace
+    where this user is root."""
+    return ["unshare", *([] if os.geteuid() == 0 else ["--user", "--map-root-user"]), *kinds]
+
+
+UNSHARE = unshare("--pid", "--fork", "--mount-proc", "--uts", "--kill-child")
 # The namespace's init names its host, then becomes `python -m ops` (the same pid 1).
 AS_HOST = (
     "import os, socket, sys; socket.sethostname(sys.argv[1]); "

@@ -21,9 +21,3 @@ def program(name: str, package: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return found
-
-
-def namespace_command(*kinds: str) -> list[str]:
-    """`unshare` making namespaces of `kinds` (e.g. "--net"): as root directly, otherwise inside a
-    user namespace where this user is root."""
-    return ["unshare", *([] if is_root() else ["--user", "--map-root-user"]), *kinds]

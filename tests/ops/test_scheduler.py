@@ -21,9 +21,10 @@ import pytest
 import requests
 
 from ops.scheduler_url import answers as scheduler_answers
+from sandbox.hosts import unshare
 from sandbox.ports import free_port
 from tests.conftest import ROOT, polls
-from tests.helpers.programs import is_root, namespace_command, program
+from tests.helpers.programs import is_root, program
 
 DAY = datetime.date(2026, 9, 1)
 
@@ -210,14 +211,14 @@ def netns():
     """A network namespace of its own (a host with the address 10.18.0.1 on a veth interface, and
     loopback), kept alive by a process of ours; run(argv) runs a command inside it."""
     ip = program("ip", "iproute2")
-    if subprocess.run([*namespace_command("--net"), "true"], capture_output=True).returncode != 0:
+    if subprocess.run([*unshare("--net"), "true"], capture_output=True).returncode != 0:
         pytest.skip("`unshare --net` cannot make a network namespace here (as root, or in a user namespace)")
     setup = (  # a veth interface; where the kernel has none, the address on lo (still not a loopback one)
         f"{ip} link set lo up && {{ {{ {ip} link add v0 type veth peer name v1 && {ip} addr add 10.18.0.1/24 dev v0"
         f" && {ip} link set v0 up && {ip} link set v1 up; }} 2>/dev/null || {ip} addr add 10.18.0.1/32 dev lo; }}"
         " && echo ready && exec sleep 600"
     )
-    holder = subprocess.Popen([*namespace_command("--net"), "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([*unshare("--net"), "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "ready\n"
 
     # an ordinary user enters the user namespace that owns the network one, keeping its own uid
