@@ -53,16 +53,23 @@ def helpers_die_with_worker() -> Iterator[None]:
 STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
+def _deaf_to_stops() -> None:
+    for signum in STOPS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def end_quietly() -> None:
     """A stopped task process's end: 130, nothing printed, and a second stop (the worker passes its
     own on) no longer heard while it ends."""
-    for signum in STOPS:
-        signal.signal(signum, signal.SIG_IGN)
+    _deaf_to_stops()
     sys.stderr.flush()
     os._exit(128 + signal.SIGINT)
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    """The first stop unwinds the task; one more (the worker passes its own on) must not cut short
+    the `finally` blocks releasing its in-flight marks."""
+    _deaf_to_stops()
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 

@@ -85,6 +85,7 @@ def test_within_its_tasks_run_a_forked_process_unwinds_the_task_first(tmp_path):
                 ready()
                 time.sleep(30)
             finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # the worker's own stop, while the task unwinds
                 (tmp_path / "unwound").write_text("its marks released")
 
     with stopping.handled():
