@@ -22,12 +22,22 @@ SOLVE_S = 1.0
 LATE_S = 0.5  # a request sent just before the signal may reach the sandbox this much later
 
 
+def solving(live, fast_cfg, solve_s):
+    fast_cfg({"portal": {"regions": "north"}, "captchaai": {**polls(solve_s), "timeout_s": 3 * solve_s}})
+    live.configure(solve_s=solve_s / live.config.time_scale)
+    return live
+
+
 @pytest.fixture
 def slow(live, fast_cfg):
     """Solves of a second, one region: the run is mid-way for seconds, with solves in flight."""
-    fast_cfg({"portal": {"regions": "north"}, "captchaai": polls(SOLVE_S)})
-    live.configure(solve_s=SOLVE_S / live.config.time_scale)
-    return live
+    return solving(live, fast_cfg, SOLVE_S)
+
+
+@pytest.fixture
+def slower(live, fast_cfg):
+    """Solves of four seconds: still in flight after a second of a frozen luigid."""
+    return solving(live, fast_cfg, 4 * SOLVE_S)
 
 
 def start(cli, *argv, **env):
@@ -121,18 +131,20 @@ def test_a_run_stopped_by_sigterm_hands_its_tasks_back_and_a_rerun_finishes_at_o
     assert rerun.err.rstrip().endswith("backfill 2026-06-01..2026-06-10: all 10 days complete")
 
 
-def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slow, cli, data_dir, tmp_path):
-    """luigid frozen (SIGSTOP): it accepts connections and never answers, so every RPC waits for its timeout."""
+def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slower, cli, data_dir, tmp_path):
+    """luigid frozen (SIGSTOP): it accepts connections and never answers, so every RPC waits for its
+    timeout, the keep-alive thread's ping too, which the worker joins on its way out: the solves in
+    flight stop polling at once all the same."""
     central = Luigid(tmp_path / "luigid")
     try:
         proc = start(cli, "backfill", *DAYS, **central.env)
-        mid_run(cli, proc, slow)
+        mid_run(cli, proc, slower)
         central.proc.send_signal(signal.SIGSTOP)
-        time.sleep(1.0)  # the worker's RPCs and its keep-alive ping wait on luigid
-        assert proc.poll() is None, cli.output(proc)
-        signalled_at, sent_at = slow.now(), time.monotonic()
+        time.sleep(1.2)  # the worker's RPCs and its keep-alive ping (every second) wait on luigid
+        assert proc.poll() is None and pending(slower), cli.output(proc)
+        signalled_at, sent_at = slower.now(), time.monotonic()
         stop(proc, "sigterm")
-        assert_stopped(cli, proc, slow, data_dir, signalled_at, sent_at, "sigterm")
+        assert_stopped(cli, proc, slower, data_dir, signalled_at, sent_at, "sigterm")
     finally:
         central.proc.send_signal(signal.SIGCONT)
         central.stop()
