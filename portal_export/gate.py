@@ -31,7 +31,6 @@ BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
 class Waiting(Marks):
-
     kind = "waiting"
 
     def sleep(self, seconds: float) -> None:
@@ -78,7 +77,6 @@ class CapInForce:
 
 
 class Gate:
-
     def __init__(
         self,
         store: Store,

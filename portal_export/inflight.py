@@ -87,7 +87,6 @@ class Marks:
 
 
 class InFlight(Marks):
-
     kind = "inflight"
 
     def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:

@@ -66,15 +66,18 @@ class DayFacts:
     def of(cls, health: Mapping[str, Any] | None) -> DayFacts:
         """From a health record; an unreadable one (garbled, of another shape) counts nothing."""
         h = health or {}
-        regions = h.get("regions") if isinstance(h.get("regions"), dict) else {}
+        found = h.get("regions")
+        regions: Mapping[str, Any] = found if isinstance(found, dict) else {}
         p95 = h.get("p95_solve_seconds")
         try:
             errors = Counter(
                 str(code) for r in regions.values() if isinstance(r, dict) for code in r.get("transient_errors") or ()
             )
-            counts = (int(h.get(k, 0)) for k in ("solves", "unsolvable", "submits", "refused_tokens", "busy_waits"))
+            solved, unsolvable, submits, refused, busy = (
+                int(h.get(k, 0)) for k in ("solves", "unsolvable", "submits", "refused_tokens", "busy_waits")
+            )
             return cls(
-                Tally(*counts, transient_errors=errors),
+                Tally(solved, unsolvable, submits, refused, busy, errors),
                 unsolvable_ratio=float(h.get("unsolvable_ratio", 0.0)),
                 p95_solve_seconds=None if p95 is None else float(p95),
                 rows=int(h.get("rows", 0)),

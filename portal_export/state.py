@@ -21,6 +21,7 @@ from typing import Any
 from . import store_keys
 from .store import Store, read_json
 
+
 def read_dict(
     store: Store,
     key: str,

@@ -23,7 +23,6 @@ class StoreError(ExportError):
 
 
 class Entry(NamedTuple):
-
     key: str
     size: int
     modified: float  # wall-clock seconds of its last write
@@ -73,7 +72,6 @@ def write_json(store: Store, key: str, obj: object) -> None:
 
 
 class LocalStore:
-
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 
