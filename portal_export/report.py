@@ -41,19 +41,7 @@ TABLE_DAYS = 14
 
 COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
 FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
-COLUMNS = (
-    "day",
-    "status",
-    "p95_solve_seconds",
-    ROLLING_COLUMN,
-    "unsolvable_ratio",
-    "solves",
-    "unsolvable",
-    "refused_tokens",
-    "submits",
-    "rows",
-    "idle_slot_seconds",
-)
+COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", *COUNT_KEYS, "idle_slot_seconds")
 
 COLOR_P95 = "#1f77b4"
 COLOR_MEDIAN = "#ff7f0e"
@@ -218,45 +206,28 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     failed = (frame["status"] == "failed").to_numpy()
     marker: dict[str, Any] = {"marker": "o", "ms": 4} if n_days <= 120 else {}
     ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
-    ax_p95.plot(
-        x,
-        _floats(frame[ROLLING_COLUMN]),
-        color=COLOR_MEDIAN,
-        lw=2.2,
-        ls="--",
-        label=f"rolling {ROLLING_DAYS}-day median of p95",
-    )
+    median = f"rolling {ROLLING_DAYS}-day median of p95"
+    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--", label=median)
     if failed.any():
         ax_p95.plot(
             x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED, label="p95 of a failed day"
         )
-    ax_p95.set_ylabel("p95 solve (s)")
     handles, labels = ax_p95.get_legend_handles_labels()
     if failed_runs:
         handles.append(Patch(facecolor=COLOR_FAILED, alpha=0.15, label="failed validation"))
     if missing_runs:
         handles.append(Patch(label="missing (no health file)", **MISSING_STYLE))
-    _legend(ax_p95, handles)
-    ax_p95.set_title("p95 solve time of the delivering solves", fontsize=10, loc="left")
 
     # Unsolvable ratio, against the validation threshold.
     ratio = _floats(frame["unsolvable_ratio"])
     _split_bars(ax_ratio, x, ratio, failed, RATIO_BARS, width=bar_width, **bar_style)
     top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
     if max_unsolvable_ratio is not None:
-        ax_ratio.axhline(
-            max_unsolvable_ratio,
-            color=COLOR_FAILED,
-            ls="--",
-            lw=1.2,
-            label=f"validation threshold {max_unsolvable_ratio:g}",
-        )
+        threshold = f"validation threshold {max_unsolvable_ratio:g}"
+        ax_ratio.axhline(max_unsolvable_ratio, color=COLOR_FAILED, ls="--", lw=1.2, label=threshold)
         top = max(top, max_unsolvable_ratio)
     ax_ratio.set_ylim(0, max(0.05, min(1.0, top * 1.25)) if top <= 1 else top * 1.1)
     ax_ratio.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
-    ax_ratio.set_ylabel("unsolvable")
-    _legend(ax_ratio)
-    ax_ratio.set_title("share of regions given up as unsolvable", fontsize=10, loc="left")
 
     # Solves and refused tokens: side by side, or over a long range a line over the bars.
     solves = _floats(frame["solves"])
@@ -271,26 +242,23 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         half = bar_width / 2
         _bar(ax_solves, x - half / 2, solves, every, width=half, **solves_style)
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
-    # the y axes are linear, so their locator is an AutoLocator: a MaxNLocator, which takes integer=
-    cast(MaxNLocator, ax_solves.yaxis.get_major_locator()).set_params(integer=True)
-    ax_solves.set_ylabel("count")
-    _legend(ax_solves)
-    ax_solves.set_title("solves and tokens the portal refused", fontsize=10, loc="left")
 
     # Rows exported.
     rows = _floats(frame["rows"])
     _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
-    cast(MaxNLocator, ax_rows.yaxis.get_major_locator()).set_params(integer=True)
-    ax_rows.set_ylabel("rows")
-    _legend(ax_rows)
-    ax_rows.set_title("rows in the day's records", fontsize=10, loc="left")
 
-    for ax, columns in (
-        (ax_p95, ["p95_solve_seconds"]),
-        (ax_ratio, ["unsolvable_ratio"]),
-        (ax_solves, ["solves", "refused_tokens"]),
-        (ax_rows, ["rows"]),
+    for ax, ylabel, title, columns, legend in (
+        (ax_p95, "p95 solve (s)", "p95 solve time of the delivering solves", ["p95_solve_seconds"], handles),
+        (ax_ratio, "unsolvable", "share of regions given up as unsolvable", ["unsolvable_ratio"], None),
+        (ax_solves, "count", "solves and tokens the portal refused", ["solves", "refused_tokens"], None),
+        (ax_rows, "rows", "rows in the day's records", ["rows"], None),
     ):
+        ax.set_ylabel(ylabel)
+        _legend(ax, legend)
+        ax.set_title(title, fontsize=10, loc="left")
+        if ax in (ax_solves, ax_rows):
+            # linear y axes: their locator is an AutoLocator, a MaxNLocator, which takes integer=
+            cast(MaxNLocator, ax.yaxis.get_major_locator()).set_params(integer=True)
         if ax is not ax_ratio:
             ax.set_ylim(0, max(1, ax.get_ylim()[1]))
         if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
@@ -368,7 +336,9 @@ def _cell(value: Any, fmt: str | None, width: int) -> str:
 
 def format_table(frame: pd.DataFrame, days: int = TABLE_DAYS) -> str:
     """The last `days` rows as a fixed-width text table; '-' where a number is unknown."""
-    lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, _, fmt, width in TABLE)]
+    lines = [
+        "  ".join(f"{name:<{width}}" if fmt in (None, "date") else f"{name:>{width}}" for name, _, fmt, width in TABLE)
+    ]
     for record in frame.tail(days).to_dict("records"):
         lines.append("  ".join(_cell(record[column], fmt, width) for _, column, fmt, width in TABLE))
     return "\n".join(lines)
