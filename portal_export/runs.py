@@ -8,9 +8,9 @@ against the store's time now), so hosts whose clocks disagree agree on which run
 
 from __future__ import annotations
 
-import functools
 import os
 import time
+from functools import partial
 from typing import Any
 
 from . import store_keys
@@ -33,10 +33,6 @@ def heartbeat_s(plan_every_s: float) -> float:
 
 def ttl_s(plan_every_s: float) -> float:
     return max(MIN_TTL_S, 2 * plan_every_s)
-
-
-def _same(value: float) -> float:
-    return value
 
 
 _own: dict[int, str] = {}  # pid -> its own run id
@@ -86,9 +82,6 @@ class Runs:
     def age(self, run: str) -> float | None:
         return self.ages(fresh=True).get(run)
 
-    def seen_age(self, run: str, fresh: bool = False) -> float | None:
-        return self.ages(fresh).get(run)
-
     def here(self, run: str, state: dict[str, Any] | None = None) -> bool:
         """Its pids are ours: its heartbeat's `where` (read once per run) is this process's."""
         if run == current_run():
@@ -107,14 +100,14 @@ class Runs:
             # our own run beats while its CLI lives: no listing on the way to each submit
             where = split_run(run)
             return where is not None and pid_alive(where[1])
-        return alive(run, lambda: self.seen_age(run, fresh), self.ttl, pid=pid, here=lambda: self.here(run))
+        return alive(run, lambda: self.ages(fresh).get(run), self.ttl, pid=pid, here=lambda: self.here(run))
 
     def prune_dead(self, key: str | None = None) -> list[str]:
         """Deletes dead runs' heartbeats; returns the live runs (of scheduler `key`, if given)."""
         found = []
         for run, age in self.ages(fresh=True).items():
             state = self.state(run)  # one read for the verdict and the key
-            if not alive(run, functools.partial(_same, age), self.ttl, here=functools.partial(self.here, run, state)):
+            if not alive(run, partial(float, age), self.ttl, here=partial(self.here, run, state)):
                 self.store.delete(self.key(run))
                 continue
             if key is None or (state or {}).get("key") == key:
