@@ -1,19 +1,10 @@
-"""One alert per failed run, however many hosts ran it: the first host to claim the alert sends it.
+"""One alert per failed run, however many hosts ran it: the first host to claim it sends it.
 
-Hosts that run the same command on the same days at the same time (cron at 03:00 on each, a host
-joining a backfill) are one run: they share luigid and the data dir, and each ends by reading the
-same failure records. Each builds the alert's fingerprint from what failed (`fingerprint`) and
-claims it with the store's conditional `create`: the one that creates the claim sends the alert,
-the others print who sent it.
-
-A claim covers every run that was going when it was made: a run that started later (tomorrow's,
-or the operator's rerun after a fix) is a new run, and claims the next key of the fingerprint's
-chain (`_state/alerts/<fingerprint>/<n>.json`), so the same failure again is alerted again, once.
-"When" is the store's clock on both sides (`state.store_now` at the run's start, the claim's
-last-modified time): hosts' clocks may disagree by minutes, and none of them enters.
-Only the two newest claims of a chain are kept, and `retention.py` removes claims older than
-`keep_state_days`. The claim comes before the sending: a host dying between the two loses that
-alert (at most once, never twice).
+Hosts of one run (the same command and days, at the same time) each build the alert's `fingerprint`
+from what failed and claim it with the store's conditional `create`. A claim covers every run going
+when it was made; a later run (a rerun after a fix) claims the chain's next generation, so the same
+failure again is alerted again, once. "When" is the store's clock on both sides. The claim comes
+before the sending: a host dying between the two loses that alert (never sends it twice).
 """
 
 from __future__ import annotations
@@ -30,12 +21,10 @@ from .state import Chain, stamped
 from .store import Store
 
 PREFIX = store_keys.ALERTS
-# A claim made this long before a run started (on the store's clock) still covers it: an object
-# store's times are whole seconds. Hosts of one run start within seconds of each other and claim at
-# its end; runs of a command start hours apart.
+# A claim made this long before a run started still covers it: an object store's times are whole seconds.
 SLACK_S = 2.0
 KEEP = 2  # claims kept per chain
-EARLIER = " (earlier run)"  # how a host marks a failure older than its own start: not part of the fingerprint
+EARLIER = " (earlier run)"  # a failure older than the host's start: not part of the fingerprint
 
 
 @dataclass(frozen=True)
@@ -46,10 +35,7 @@ class Claim:
 
 
 def fingerprint(facts: RunFacts, kind: str) -> str:
-    """What identifies the alert across hosts: the command, its days, and what is missing and why.
-
-    Nothing of one host's own (its exit code, start, plan check, data dir path) enters it.
-    """
+    """The command, its days, what is missing and why: nothing of one host's own."""
     missing = [
         {
             "day": str(m.day),
@@ -75,15 +61,11 @@ def _claim_of(record: Mapping[str, Any], at: float, ours: bool = False) -> Claim
 
 
 def claim(store: Store, fingerprint: str, started: float, host: str, run: str = "") -> Claim:
-    """Claim the alert of a run that started at `started` (the store's clock: `state.store_now`).
-
-    OSError, ValueError or StoreError when the store cannot say: the caller then sends (twice rather
-    than never).
-    """
+    """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or
+    StoreError when the store cannot say: the caller then sends (twice rather than never)."""
     chain = Chain(store, store_keys.alert_claims(fingerprint))
 
     def made(n: int) -> float:
-        """When generation `n` was created, on the store's clock (it is never rewritten)."""
         return store.written(chain.key(n))[0].get(chain.key(n), 0.0)
 
     newest = chain.newest()
@@ -93,11 +75,10 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         if last is not None and (at := made(newest)) >= started - SLACK_S:
             return _claim_of(last, at)
         n = newest + 1
-    record = stamped({"host": host, "run": run})  # `t`: the claimant's clock, for people
+    record = stamped({"host": host, "run": run})
     while True:
         if chain.create(n, record):
-            # the chain keeps its two newest claims (a host racing for the one before still finds it
-            # taken): a failure alerted every night lists two objects, not one per night
+            # two kept: a host racing for the one before still finds it taken
             chain.prune(n, KEEP, reach=KEEP)
             return _claim_of(record, made(n), ours=True)
         other = chain.read(n, tolerate=())

@@ -1,11 +1,6 @@
-"""A key-level circuit breaker shared through the data dir's store.
-
-A bad, unknown, banned or plan-less key concerns every task of every run, and repeated bad-key
-requests earn an IP ban. After the first such answer, the breaker object makes every other client
-that shares the data dir (on this host or another) fail fast with the original code, without
-sending anything, until an operator clears it (or the key changes: the object is named by a
-fingerprint of the key, never the key).
-"""
+"""A key-level circuit breaker shared through the data dir's store: after a bad, banned or plan-less
+key's first answer (repeated ones earn an IP ban), every client fails fast with its code, sending
+nothing, until an operator clears it. Named by a fingerprint of the key, never the key."""
 
 import hashlib
 
@@ -23,8 +18,7 @@ def fingerprint(api_key: str) -> str:
 
 
 class KeyBreaker:
-    """`api_key` names what is refused: the key, or a login (its URL, user and password together);
-    `advice` is what the operator fixes before clearing it."""
+    """`api_key` names what is refused: the key, or a login; `advice` is what the operator fixes."""
 
     def __init__(self, store: Store, api_key: str, advice: str = "fix the key or plan") -> None:
         self.store = store
@@ -36,19 +30,16 @@ class KeyBreaker:
         return self.store.location(self.key)
 
     def check(self) -> None:
-        """Raise the code that tripped the breaker, if it has."""
         state = read_dict(self.store, self.key, unreadable=UNREADABLE)
         if state is None:
             return
         raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
 
     def opened(self, detail: str) -> str:
-        """What every client says of the refusal once the breaker is open: the host that tripped it
-        and those that find it open say the same, so the hosts of one run send one alert."""
+        """Said alike by every host, so the hosts of one run send one alert."""
         return f"{detail} (breaker open: {self.advice}, then `make clear-breaker`)"
 
     def trip(self, code: str, detail: str = "") -> str:
-        """Open the breaker; returns what to say of the refusal (`opened`)."""
         write_json(self.store, self.key, {"code": code, "detail": detail})
         return self.opened(detail)
 
@@ -64,7 +55,6 @@ class KeyBreaker:
 
     @staticmethod
     def codes(store: Store) -> list[str]:
-        """The codes of every open breaker (the key's, the login's)."""
         return [code or "BREAKER_OPEN" for _, code in KeyBreaker._open(store)]
 
     @staticmethod

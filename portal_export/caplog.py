@@ -1,17 +1,9 @@
-"""Every change of the cap in force, kept in the data dir's `_state/cap-log/`, and the busy-plan verdict.
+"""Every change of the cap in force, in `_state/cap-log/`, and the busy-plan verdict.
 
-A night reads only the window it needs: the names start with the time, so a listing that starts
-after `LOOKBACK_S` before the window skips the older changes, however many nights left them. The
-cap in force at a window's start is the newest change before it: the run that owns the cap notes it
-again every `RENOTE_S` while it holds it (`still`), so that change is always within the lookback
-(which dwarfs any disagreement of hosts' clocks).
-
-One object per change (`t` wall-clock seconds of the host that set it, `cap`, `configured`, `reason`,
-and the `run` that set it: `<hostname>-<pid>-<random>`, see runs.py): `make plan` shows the last one
-with its host, and the health files count from them the time a region (and its day) ran below the
-configured cap.
-`_state/plan-busy.json` exists while the governor has given up waiting for a usable thread: regions
-that start then fail at once with PLAN_BUSY instead of being refused.
+The names start with the time, so a night lists only the window it needs, from `LOOKBACK_S` before
+it; the owner notes its cap again every `RENOTE_S`, so the cap in force at a window's start is
+within that lookback. `_state/plan-busy.json` exists while the governor has given up waiting for a
+usable thread: regions then fail at once with PLAN_BUSY.
 """
 
 from __future__ import annotations
@@ -24,7 +16,6 @@ from . import store_keys
 from .state import read_dict, serial, stamped
 from .store import Store, write_json
 
-# How far before a window the log is read: the cap in force at its start was noted within it.
 LOOKBACK_S = 6 * 3600.0
 RENOTE_S = LOOKBACK_S / 3
 
@@ -34,7 +25,7 @@ class Change(TypedDict, total=False):
     cap: int
     configured: int
     reason: str
-    run: str  # the run that set it, `<hostname>-<pid>-<random>`
+    run: str
 
 
 def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
@@ -51,19 +42,15 @@ def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
 
 
 class CapLog:
-    """The cap log and the busy verdict in the data dir's store.
-
-    One object per change, `_state/cap-log/<t>-<cap>-<configured>-<run>-<n>.json`: a store has no
-    append, and writers on several hosts must not overwrite each other's lines. The name carries
-    what `seconds_below` needs, so counting costs one listing, not a read per change.
-    """
+    """One object per change (a store has no append, and hosts must not overwrite each other's),
+    whose name carries what `seconds_below` needs: counting costs one listing, no reads."""
 
     PREFIX = store_keys.CAP_LOG
     BUSY = store_keys.PLAN_BUSY
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._noted: float | None = None  # when this object last noted a change
+        self._noted: float | None = None
 
     def note(self, cap: int, configured: int, reason: str, run: str) -> None:
         t = time.time()
@@ -73,14 +60,13 @@ class CapLog:
         self._noted = t
 
     def still(self, cap: int, configured: int, run: str) -> None:
-        """The owner's cap is still in force: noted again once `RENOTE_S` passed since its last note."""
+        """The owner's cap is still in force: noted again `RENOTE_S` after its last note."""
         if self._noted is not None and time.time() - self._noted >= RENOTE_S:
             self.note(cap, configured, "still in force", run)
 
     def _keys(self, since: float | None) -> list[tuple[Change, str]]:
-        """The changes from `LOOKBACK_S` before `since` on (one listing that skips the older ones; all
-        when None) and their keys, in the order the store took them (its clock: owners on hosts whose
-        clocks disagree follow one another in the log as they did in time)."""
+        """The changes from `LOOKBACK_S` before `since` on (all when None) and their keys, in the
+        order the store took them: its clock, not the hosts'."""
         out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
         for key, _, at in self.store.entries(self.PREFIX, start_after):
@@ -94,13 +80,11 @@ class CapLog:
         return [(change, key) for _, change, key in out]
 
     def changes(self, since: float | None = None) -> list[Change]:
-        """The changes that `seconds_below` needs for windows from `since` on (every one kept when
-        None: tests, `make state`), oldest first as the store took them, without their reason (read
-        `last()` for that)."""
+        """The changes for windows from `since` on (all when None), oldest first, without reasons."""
         return [change for change, _ in self._keys(since)]
 
     def last(self) -> Change | None:
-        """The newest change of the last `LOOKBACK_S`: a run that owns the cap noted one within it."""
+        """The newest change of the last `LOOKBACK_S`, with its reason."""
         found = self._keys(time.time())
         if not found:
             return None
@@ -112,7 +96,6 @@ class CapLog:
         return seconds_below(self.changes(start), start, end)
 
     def set_busy(self, reason: str | None) -> None:
-        """Declare the plan busy past the deadline (a reason), or no longer (None)."""
         if reason is None:
             self.store.delete(self.BUSY)
             return

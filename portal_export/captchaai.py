@@ -1,8 +1,5 @@
-"""A client for CaptchaAI's in.php / res.php protocol, for reCAPTCHA v2.
-
-The key travels only in POST form bodies: requests puts URLs (with their query strings) into its
-exception messages, and servers log query strings, so a key in a URL ends up in tracebacks and logs.
-"""
+"""A client for CaptchaAI's in.php / res.php protocol, for reCAPTCHA v2. The key travels only in
+POST bodies: requests quotes URLs in its exceptions, and servers log query strings."""
 
 from __future__ import annotations
 
@@ -28,16 +25,13 @@ log = logging.getLogger(__name__)
 DEFAULT_API_BASE = "https://ocr.captchaai.com"
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 NETWORK_ERROR = "NETWORK_ERROR"
-# A submit the service explicitly failed on its side created no task: sent again at once, this many
-# times, instead of costing a region attempt and its backoff. A reset or a timeout after the request
-# left stays an attempt: a task may exist.
+# A submit the service failed on its side made no task: sent again at once, this many times. A reset
+# or timeout after the request left stays an attempt: a task may exist.
 SUBMIT_RESENDS = 2
 _SERVER_SAID_RETRY = frozenset({"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"})
 
 
 class Answer(NamedTuple):
-    """One response in one shape, whatever the service sent: JSON, plain text or an HTML page."""
-
     ok: bool
     value: Any  # the payload when ok, else the error code
 
@@ -63,7 +57,6 @@ def _never_sent(exc: requests.RequestException) -> bool:
 
 
 def resendable(reply: Reply) -> bool:
-    """The service said the submit failed on its side, or it never reached the service."""
     code = str(reply.answer.value)
     return reply.unsent or code in _SERVER_SAID_RETRY or re.fullmatch(r"HTTP_5\d\d", code) is not None
 
@@ -122,27 +115,22 @@ class CaptchaAI:
         self._gate = gate
         self._clock = clock
         self._sleep = sleep
-        self.resent: list[str] = []  # codes of submits sent again at once, for the region's facts
-        self.busy_waits = 0  # submits refused for busy threads and waited out, no attempt spent
+        self.resent: list[str] = []  # codes of submits sent again at once
+        self.busy_waits = 0
 
     def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
 
     def ready(self) -> None:
-        """Raise what would stop a solve before it starts (an open breaker, a busy plan's verdict), so
-        that a caller loads no page for a solve that cannot happen. The gate does not look again
-        for half a second: the submit that follows costs no second look."""
+        """Raise what would stop a solve (an open breaker, a busy plan), before a page is loaded for it."""
         if self._breaker is not None:
             self._breaker.check()
         if self._gate is not None:
             self._gate.check()
 
     def _call(self, endpoint: str, fields: dict[str, Any], checked: bool = True) -> Reply:
-        """POST one request; every call goes through here for the timeout, breaker and normalizing.
-
-        `checked=False` skips the breaker: for the polls of a solve already submitted, which a refused
-        key answers once and ends (so each solve in flight adds at most one refused request, and no
-        poll waits on a look at the store)."""
+        """Every request: the timeout, the breaker (`checked=False` for polls: a refused key answers
+        a poll once and ends the solve) and one shape of answer."""
         if checked and self._breaker is not None:
             self._breaker.check()
         failure, unsent = "", False
@@ -160,11 +148,10 @@ class CaptchaAI:
     def _error(self, code: str, detail: str = "", cls: type[ExportError] | None = None) -> ExportError:
         err = cls(code, detail) if cls is not None else classify(code, detail)
         if isinstance(err, KeyLevelError) and self._breaker is not None:
-            err = type(err)(code, self._breaker.trip(code, detail))  # said as every host will say it
+            err = type(err)(code, self._breaker.trip(code, detail))
         return err
 
     def _send_submit(self, fields: dict[str, Any]) -> Reply:
-        """in.php, sent again at once (SUBMIT_RESENDS times at most) while the service says so."""
         for resends_left in range(SUBMIT_RESENDS, -1, -1):
             reply = self._call("in.php", fields)
             if reply.answer.ok or not resendable(reply) or not resends_left:
@@ -179,7 +166,7 @@ class CaptchaAI:
         raise AssertionError("unreachable")
 
     def submit(self, params: dict[str, Any]) -> str:
-        """Start a task; returns its id. Tells a busy plan from one with no active plan."""
+        """Start a task; returns its id. Tells a busy plan from no active plan."""
         fields = {"method": "userrecaptcha", **params}
         idle = True  # no thread working at either refusal: how a key without an active plan looks
         for _ in range(2):
@@ -189,11 +176,10 @@ class CaptchaAI:
             if value != ZERO_BALANCE:
                 raise self._error(value, detail or "in.php")
             if self._inflight is not None:
-                self._inflight.poke()  # the plan is fuller than the cap assumed: re-read it now
+                self._inflight.poke()  # the plan is fuller than the cap assumed
             threads, working = self.threads()
             if working >= threads:
-                # Our own solves stay under the cap, so a full plan means someone else uses the key
-                # (or a killed run's tasks still hold threads until CaptchaAI finishes them).
+                # our solves stay under the cap: someone else uses the key (or a killed run's tasks)
                 log.warning(
                     "CaptchaAI refused a submit with %s: all %d plan threads busy (%d working): "
                     "another consumer is using this key",
@@ -202,14 +188,10 @@ class CaptchaAI:
                     working,
                 )
                 raise BusyThreads(ZERO_BALANCE, f"all {threads} plan threads busy")
-            # A free thread shows: the plan may be missing, or a thread freed up since the refusal.
             idle = idle and working == 0
         if not idle:
-            # Threads are working, so the plan is active: they freed and were taken again between our
-            # calls (another consumer, or a killed run's solves still held). Busy, not "no plan":
-            # tripping the breaker here would stop every run until an operator clears it.
+            # the plan is active, its threads freed and taken again: busy, not "no plan" (no breaker)
             raise BusyThreads(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
-        # Refused twice with nothing working at all: there is no active plan.
         raise self._error(
             ZERO_BALANCE,
             f"refused twice with {threads - working} of {threads} threads free: no active plan",
@@ -217,10 +199,8 @@ class CaptchaAI:
         )
 
     def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], object] | None = None) -> str:
-        """Poll one task on a fixed grid (first_poll_s, then every poll_every_s) until token or deadline.
-
-        Transient answers keep polling the same task: its thread is paid for already.
-        """
+        """Poll one task (first_poll_s, then every poll_every_s) until its token or the deadline;
+        transient answers keep polling: its thread is paid for already."""
         start = self._clock()
         tick = start + self.first_poll_s
         polls = 0
@@ -229,7 +209,7 @@ class CaptchaAI:
             (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id}, checked=False)
             polls += 1
             if ok:
-                return str(value)  # the token goes straight to its post: no progress report first
+                return str(value)
             if on_poll is not None:
                 on_poll(task_id, polls, self._clock() - start)
             if value != NOT_READY:
@@ -247,14 +227,9 @@ class CaptchaAI:
         on_submit: Callable[[str], object] | None = None,
         on_poll: Callable[[str, int, float], object] | None = None,
     ) -> Solve:
-        """Submit and poll; returns (token, task_id, seconds from submit to token).
-
-        `on_submit(task_id)` hears of the task as soon as it exists, so a caller can account for
-        tasks whose solve then fails. The solve counts as in flight from before its submit to its
-        last poll: never fewer than the plan threads it holds. With a gate, the submit waits for a
-        place under the cap in force, and a submit refused for busy threads is no failure: the solve
-        waits for a free thread (holding none, and no slot) and submits again.
-        """
+        """Submit and poll; returns (token, task_id, seconds from submit to token). The solve is in
+        flight from before its submit to its last poll; with a gate it waits for a place under the
+        cap, and after a submit refused for busy threads for a free thread (no attempt spent)."""
         busy_since: float | None = None
         while True:
             with self._in_flight():
@@ -282,7 +257,6 @@ class CaptchaAI:
         return self._inflight.marked() if self._inflight is not None else contextlib.nullcontext()
 
     def threads(self) -> tuple[int, int]:
-        """(plan threads, threads working now)."""
         (ok, value), detail, _ = self._call("res.php", {"action": "threadsinfo"})
         if not ok:
             raise self._error(value, detail or "threadsinfo")
@@ -292,7 +266,7 @@ class CaptchaAI:
             raise TransientError("UNRECOGNIZED_ANSWER", "threadsinfo without threads/working_threads") from None
 
     def report_bad(self, task_id: str) -> bool:
-        """Tell CaptchaAI a token was refused; best effort, as the report changes nothing here."""
+        """Tell CaptchaAI a token was refused; best effort."""
         (ok, value), _, _ = self._call("res.php", {"action": "reportbad", "id": task_id})
         if not ok:
             log.warning("CaptchaAI reportbad for task %s answered %s", task_id, value)

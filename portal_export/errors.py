@@ -1,8 +1,5 @@
-"""The three error classes every failure falls into, and the map from CaptchaAI's answers to them.
-
-Messages carry the service's code and a short detail, never a response body, a URL with a query
-string or the API key, so they are safe to log and to hand to a scheduler's UI.
-"""
+"""The error classes every failure falls into, and the map from CaptchaAI's answers to them.
+Messages carry a code and a short detail, never a body, a URL with a query or the key."""
 
 
 class ExportError(Exception):
@@ -63,10 +60,7 @@ def classify(code: str, detail: str = "") -> ExportError:
 
 
 class LoginRefused(KeyLevelError):
-    """The portal showed its login form again after the login post: wrong username or password.
-
-    Key-level in kind: it concerns every task of every run that shares the login, so it trips a
-    breaker of its own and no captcha is solved for a session that cannot post.
-    """
+    """The portal showed its login form again after the login post: key-level, as it concerns every
+    task that shares the login (it trips a breaker of its own)."""
 
     CODE = "PORTAL_LOGIN_REFUSED"

@@ -1,12 +1,8 @@
 """A task's failure record: the error code of a region (or day) that failed, kept in the store.
 
-Tasks may run in forked processes, under luigid and on other hosts, where the run's own process
-never sees their exceptions: the failing task writes this small object, and whatever summarizes
-the run reads it. The record holds the code, a short detail the caller has already scrubbed, when
-(the writer's clock, for people) and by which run on which host it was written (an alert says
-which host saw what); it is removed when the task later succeeds. Whether it is newer than
-something is judged by its last-modified time on the store's clock (`Store.modified`), never by its
-`t`: hosts' clocks may disagree.
+Tasks may run in forked processes or on other hosts, where the run never sees their exceptions: the
+failing task writes this object (code, scrubbed detail, host, run), whatever summarizes the run reads
+it, and the task removes it when it later succeeds.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "deta
 
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
-    """Whole: a reader sees the whole record or none."""
     write_json(
         store,
         key,

@@ -1,17 +1,10 @@
 """No fork in the middle of a background thread's step.
 
-An orchestrator may fork worker processes from the process whose threads follow the plan and
-watch progress (Luigi does, with workers > 1). A fork copies every lock as it is at that instant,
-and a lock another thread held stays held in the child for ever: the child hangs the first time
-it needs it. Python re-initialises its import lock and logging's handler locks in the child, but
-not the lock of a buffered stream such as sys.stderr (a child writing to stderr while another
-thread was inside a write hangs), nor any C library's (getaddrinfo's,
-OpenSSL's). Luigi guards its own keep-alive ping the same way, with a lock its fork also takes.
-
-Background threads hold `guard` around each step that writes output or talks HTTP; every fork in
-the process waits for the step in progress to end (`os.register_at_fork`). Hooks registered later
-run first before a fork, so this one runs before logging's takes logging's lock: a step that
-logs cannot deadlock against a fork.
+A fork copies every lock as it is: a lock another thread held stays held in the child for ever
+(Python re-initialises its import and logging locks, not a buffered stream's nor a C library's, such
+as getaddrinfo's or OpenSSL's). Background threads hold `guard` around each step that writes output
+or talks HTTP, and every fork waits for it (`os.register_at_fork`). Hooks registered later run first
+before a fork: this one then runs before logging's, so a step that logs cannot deadlock a fork.
 """
 
 from __future__ import annotations

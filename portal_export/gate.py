@@ -1,20 +1,11 @@
-"""Waiting costs nothing: the gate before each submit, the cap it admits against, and who waits.
+"""The gate before each submit, the cap it admits against, and the regions that wait.
 
-A region that waits (a backoff between attempts, or the wait after a submit refused for busy
-threads) says so with a `Waiting` mark, and the run that sets the cap lends its slot to another
-region: Luigi's `captchaai` total is kept at the cap in force plus the regions that wait, over all
-hosts. Luigi then grants more slots than the cap, so solves in flight are held at the cap here
-instead, by the gate every submit goes through: a solve is admitted only while this deployment's
-solves in flight are within the cap in force (`_state/cap.json`, written by the run that follows
-the plan; the configured cap without one).
-
-A submit refused for busy threads spends no attempt: it waits, marked as waiting, for a reading of
-the plan made after the refusal (or one plan period when nobody follows the plan), then goes
-through the gate again. Waits in a row are bounded by the PLAN_BUSY deadline: 20 plan periods.
-
-Counts are marks in the data dir's store (`inflight.py`), so the gate holds the cap across hosts
-with no lock: any store whose LIST shows a write that completed before it (local disks, S3,
-SeaweedFS) will do.
+A region that waits (a backoff, or after a submit refused for busy threads) holds a `Waiting` mark,
+and Luigi's `captchaai` total is the cap in force plus the regions that wait, so a waiting region
+lends its slot. Luigi then grants more slots than the cap: the gate holds the solves in flight at
+the cap in force (`_state/cap.json`; the configured cap without one), over all hosts, with no lock.
+A submit refused for busy threads spends no attempt: it waits for a plan reading made after the
+refusal, for 20 plan periods in a row at most (PLAN_BUSY).
 """
 
 from __future__ import annotations
@@ -40,24 +31,17 @@ BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
 class Waiting(Marks):
-    """The regions that wait now (backoff or busy plan), one mark each in `_state/waiting/`."""
-
     kind = "waiting"
 
     def sleep(self, seconds: float) -> None:
-        """A backoff: slept as a region that waits, so its slot goes to another region meanwhile."""
+        """A backoff, slept as a region that waits: its slot goes to another meanwhile."""
         with self.marked():
             time.sleep(seconds)
 
 
 class CapInForce:
-    """`_state/cap.json`: the cap in force and its reading (`read_at`, an id that changes with every
-    reading of the plan), by the run that sets it.
-
-    Honoured only while that run is alive (`Runs.alive`: its pid where it runs in this PID
-    namespace, else its heartbeat, aged on the store's clock): a dead owner's cap holds nobody back.
-    One GET before each submit tells the cap; the verdict on its owner comes from the runs' listing
-    that the marks' count reads anyway."""
+    """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it,
+    honoured only while that run is alive."""
 
     KEY = store_keys.CAP
 
@@ -69,7 +53,7 @@ class CapInForce:
         write_json(self.store, self.KEY, stamped({"cap": cap, "read_at": read_at, "run": run}))
 
     def clear(self, run: str) -> None:
-        """Delete the file if `run` wrote it (a run that took over since keeps its own)."""
+        """Delete the file if `run` wrote it."""
         state = self._state()
         if state is not None and state[2] == run:
             self.store.delete(self.KEY)
@@ -89,12 +73,10 @@ class CapInForce:
         if state is None:
             return None
         cap, read_at, run = state
-        return (cap, read_at) if self.runs.alive(run) else None  # a killed run's cap holds nobody back
+        return (cap, read_at) if self.runs.alive(run) else None
 
 
 class Gate:
-    """Admits solves under the cap in force; the client's `inflight` for a run's tasks."""
-
     def __init__(
         self,
         store: Store,
@@ -106,7 +88,6 @@ class Gate:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """`store`: the data dir's, where the marks, the cap in force and the busy verdict are."""
         runs = Runs(store, ttl_s(plan_every_s), cache_s=1.0)
         self.inflight = InFlight(store, runs)
         self.waiting = Waiting(store, runs)
@@ -129,11 +110,7 @@ class Gate:
         return self.configured if seen is None else seen[0]
 
     def check(self) -> None:
-        """Raise PLAN_BUSY once the governor has given up waiting for a usable thread.
-
-        Looked up at most every BUSY_EVERY_S: the verdict may sit in an object store, and waits
-        look again every step; the deadline it ends is 20 plan periods long.
-        """
+        """Raise PLAN_BUSY once the governor has given up (looked up every BUSY_EVERY_S at most)."""
         now = self.clock()
         if now - self._busy_checked < BUSY_EVERY_S:
             return
@@ -144,12 +121,8 @@ class Gate:
             raise PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
-        """Counted as in flight if there is room under the cap: mark first, then count.
-
-        Why no lock is needed: of any cap + 1 solves that mark at once, the last to create its mark
-        lists after every other mark was created, so it counts cap + 1 and withdraws. A store that
-        shows in a LIST every write completed before it (S3, SeaweedFS, a disk) is all it takes.
-        """
+        """Mark first, then count: of cap + 1 solves that mark at once, the last to create its mark
+        lists every other one and withdraws. No lock: a LIST shows every write completed before it."""
         cap = self.cap()
         if cap <= 0:
             return False
@@ -162,13 +135,12 @@ class Gate:
 
     @contextlib.contextmanager
     def solving(self) -> Iterator[None]:
-        """One solve in flight, admitted under the cap in force (waiting its turn if need be)."""
         with contextlib.ExitStack() as held:
             while True:
                 self.check()
                 if self._admitted(held):
                     break
-                # jittered: waiters that withdrew together do not all mark again together
+                # jittered: waiters that withdrew together mark again apart
                 self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield
 
@@ -187,18 +159,12 @@ class Gate:
         plan: Callable[[], tuple[int, int]] | None = None,
         every_s: float = 5.0,
     ) -> None:
-        """A submit was refused for busy threads (just now): wait for the plan to be read again.
-
-        Returns when a reading made after the refusal is in (the cap then says whether there is room;
-        the gate waits on it). When nobody follows the plan, the region reads it itself (`plan`, every
-        `every_s`: the poll interval) and returns once a thread is free, or after one plan period. Raises PLAN_BUSY
-        once submits have been refused for the deadline in a row. While the cap follows the plan the
-        region lends its slot meanwhile; under a fixed cap it keeps it: another region's submit would
-        only be refused as well.
-        """
+        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's
+        `read_at` changes: compared, never with this host's clock), or, when nobody follows the plan,
+        read it through `plan` every `every_s` until a thread is free; one plan period at most.
+        PLAN_BUSY once refused for the deadline in a row. Under a fixed cap the region keeps its slot:
+        another region's submit would be refused too."""
         deadline = busy_since + self.deadline_s
-        # A reading made after the refusal is one published after it: the owner's `read_at` changes
-        # (it is compared for a change, never with this host's clock; the owner's may be off).
         before = self.cap_file.read()
         with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():
             until = min(self.clock() + self.plan_every_s, deadline)

@@ -1,23 +1,14 @@
-"""The cap follows the plan: which number of solves in flight the live CaptchaAI plan allows.
+"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold).
 
-    cap = min(configured cap, plan threads - spare threads - threads other consumers hold)
-
-`decide` is the whole policy, a pure function; `Governor` reads the plan through the client every
-period (and at once when a solve was refused for busy threads) and hands each new cap to a
-`set_cap(n, reason)` callback. Who grants slots against that number is the scheduler's business.
-
-Why the policy is asymmetric, and where its dead band comes from:
-- Own solves in flight are counted from before their submit until their last poll, once just
-  before and once just after `threadsinfo` answers: `own` is every solve seen in either count,
-  `steady` those seen in both. Others' share is at least working - own (a lowering on it is never
-  a false alarm: it takes effect at once) and taken as working - steady for a rise. Between the two
-  the cap stays: solves starting and ending around a reading do not move it.
-- Even `steady` can hold an own task CaptchaAI has finished but we have not polled yet, which
-  would suggest a rise too early. A rise therefore needs two readings in a row that both allow it,
-  half a period apart (readings come every half period while the cap is low, so a rise still
-  comes within one period), and goes to the lower of the two.
-- `threadsinfo` caps working threads at the plan size: a full reading only says "at least", so it
-  never raises the cap.
+`decide` is the policy, a pure function; `Governor` reads the plan every period (and at once after
+a submit refused as busy) and hands each new cap to `set_cap(n, reason)`. It is asymmetric:
+- Own solves are counted just before and after `threadsinfo` answers: `own` those in either count,
+  `steady` those in both. Others hold at least working - own (a lowering, at once) and, for a rise,
+  working - steady. Between the two the cap stays: solves starting and ending around a reading do
+  not move it.
+- A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task
+  CaptchaAI finished but we have not polled yet), and goes to the lower of the two.
+- `threadsinfo` caps working threads at the plan size: a full reading never raises the cap.
 """
 
 from __future__ import annotations
@@ -34,15 +25,14 @@ from .errors import ExportError
 
 log = logging.getLogger(__name__)
 
-# Cap 0 for this many periods (10 minutes at the default 30 s) and the waiting regions are failed
-# with PLAN_BUSY instead of waiting on: a busy plan then shows as a failed run, not a hung one.
+# Cap 0 for this many periods and the waiting regions fail with PLAN_BUSY: a busy plan shows as a
+# failed run, not a hung one.
 ZERO_CAP_PERIODS = 20
 
 
 @dataclass(frozen=True)
 class Reading:
-    """One look at the plan: its threads, those working, and this deployment's solves in flight
-    (`own` seen around the reading, `steady` throughout it; None: the same as `own`)."""
+    """One look at the plan; `own`: our solves seen around it, `steady`: throughout it (None: `own`)."""
 
     threads: int
     working: int
@@ -51,7 +41,6 @@ class Reading:
 
     @property
     def others(self) -> int:
-        """Threads other consumers hold, at least."""
         return max(0, self.working - self.own)
 
     @property
@@ -67,13 +56,11 @@ class Decision:
 
 
 def target_cap(configured: int, spare: int, reading: Reading, others: int | None = None) -> int:
-    """What the plan leaves for this deployment, never above the configured cap."""
     held = reading.others if others is None else others
     return max(0, min(configured, reading.threads - spare - held))
 
 
 def why(configured: int, spare: int, reading: Reading) -> str:
-    """The reason a cap is what it is, in the operator's words."""
     threads, others = reading.threads, reading.others
     if others and reading.working >= threads:
         if reading.own == 0:
@@ -87,10 +74,7 @@ def why(configured: int, spare: int, reading: Reading) -> str:
 
 
 def decide(configured: int, spare: int, reading: Reading, current: int, proposed: int | None) -> Decision:
-    """The cap after `reading`, given the cap in force and what the previous reading allowed.
-
-    `proposed` is the previous reading's `target` (None for none): a rise needs both to allow it.
-    """
+    """The cap after `reading`; `proposed` is the previous reading's `target` (None for none)."""
     reason = why(configured, spare, reading)
     generous = target_cap(configured, spare, reading)  # others hold at least reading.others
     if generous < current:
@@ -107,20 +91,15 @@ class Plan(Protocol):
 
 
 class Signals(Protocol):
-    """What the solves tell the governor: which are in flight, and when one was last refused as busy."""
-
     def prune_dead(self) -> set[str]: ...
 
     def last_poke(self) -> float: ...
 
 
 class Governor:
-    """Reads the plan every period and keeps the cap in force where `decide` says.
-
-    `set_cap(n, reason)` is called once at the first reading and then at each change; `blocked(reason)`
-    once the cap has been 0 for `ZERO_CAP_PERIODS` periods, and `blocked(None)` when it rises again;
-    `on_read(n)` after every reading that answered (solves refused as busy wait for one).
-    """
+    """`set_cap(n, reason)` at the first reading and each change; `blocked(reason)` once the cap has
+    been 0 for `ZERO_CAP_PERIODS`, `blocked(None)` when it rises again; `on_read(n)` after every
+    reading that answered."""
 
     def __init__(
         self,
@@ -156,10 +135,8 @@ class Governor:
         return ZERO_CAP_PERIODS * self.every_s
 
     def read(self, seen: tuple[int, int] | None = None) -> Decision | None:
-        """One reading and its decision, applied; None when CaptchaAI did not answer (cap kept).
-
-        `seen`: (threads, working) just read by someone else, instead of asking again.
-        """
+        """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`:
+        (threads, working) just read by someone else."""
         before = self.signals.prune_dead()
         try:
             threads, working = seen if seen is not None else self.plan.threads()
@@ -193,11 +170,9 @@ class Governor:
             self.blocked(f"no plan thread usable for {now - self._zero_since:.0f} s: {decision.reason}")
 
     def period(self) -> float:
-        """Every half period while the cap is below the configured one: a rise needs two readings."""
         return self.every_s / 2 if self.cap is not None and self.cap < self.configured else self.every_s
 
     def run(self) -> None:
-        """Read until stopped: every period, and at once after a solve was refused as busy."""
         poked = self.signals.last_poke()
         while not self._stop.is_set():
             due = self.clock() + self.period()
@@ -219,7 +194,6 @@ class Governor:
                     log.exception("cap: could not apply the plan's reading; trying again next period")
 
     def start(self, seen: tuple[int, int] | None = None) -> None:
-        """The first reading now (the run starts under it), then a daemon thread."""
         with forksafe.guard:
             self.read(seen)
         self._thread = threading.Thread(target=self.run, name="plan-governor", daemon=True)

@@ -1,5 +1,5 @@
-"""A day's solve health, from the facts each region recorded, and its validation; the health
-records in the store, found and read (the report's and the metrics' one way to read them)."""
+"""A day's solve health, from its regions' facts, and its validation; the health records in the
+store, found and read: the one reader for the report, the metrics and redo."""
 
 import datetime
 import logging
@@ -19,8 +19,6 @@ class DayValidationError(PermanentError):
 
 
 class RegionHealth(TypedDict):
-    """One region's entry in a day's health record."""
-
     status: str  # "ok" or "unsolvable"
     rows: int
     task_ids: list[str]
@@ -35,8 +33,6 @@ class RegionHealth(TypedDict):
 
 
 class DayHealth(TypedDict):
-    """A day's health record, as written to the day's health file."""
-
     day: str
     solves: int
     unsolvable: int
@@ -68,7 +64,6 @@ def day_health(
     seconds_below_cap: float = 0.0,
 ) -> DayHealth:
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
-    # facts are decoded JSON (each region task's output file): their values are typed here, on the way out
     per_region: dict[str, RegionHealth] = {}
     for region in regions:
         f = facts[region]
@@ -93,7 +88,6 @@ def day_health(
         "unsolvable": len(unsolvable),
         "unsolvable_regions": unsolvable,
         "unsolvable_ratio": len(unsolvable) / len(regions) if regions else 0.0,
-        # an ok region has delivered, so it has its solve's seconds (export_region sets both together)
         "p95_solve_seconds": p95(cast(float, r["solve_seconds"]) for r in ok),
         "rows": sum(r["rows"] for r in per_region.values()),
         "submits": sum(len(r["task_ids"]) for r in per_region.values()),
@@ -107,7 +101,6 @@ def day_health(
 
 
 def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
-    """Raise DayValidationError when the unsolvable ratio is above the limit."""
     if health["unsolvable_ratio"] > max_unsolvable_ratio:
         raise DayValidationError(
             "TOO_MANY_UNSOLVABLE",
@@ -119,8 +112,8 @@ def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
 
 
 def health_keys(store: Store) -> list[tuple[datetime.date, str, str]]:
-    """(day, "ok" | "failed", key) of every health record in `store`: a complete day's and a day's
-    that failed validation; two listings. A name that spells no valid day is skipped with a warning."""
+    """(day, "ok" | "failed", key) of every health record in `store`; a name that spells no valid day
+    is skipped with a warning."""
     found: list[tuple[datetime.date, str, str]] = []
     for key in store.list(store_keys.DAY_PREFIX):
         if not key.endswith(store_keys.HEALTH_SUFFIX) or "/" in key:
@@ -142,8 +135,8 @@ def health_keys(store: Store) -> list[tuple[datetime.date, str, str]]:
 
 
 def read_health(store: Store, key: str, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
-    """The health record at `key`; None when there is none, or (with a warning naming it) when it is
-    garbled, of another shape, or its read raised one of `tolerate` (a garbled one: ValueError)."""
+    """The health record at `key`; None when there is none, or (with a warning) when it is garbled,
+    of another shape, or its read raised one of `tolerate`."""
     try:
         health = read_json(store, key)
     except tolerate as err:

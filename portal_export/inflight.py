@@ -1,15 +1,8 @@
-"""This deployment's solves in flight, as marks in the data dir's store that every host can see.
+"""This deployment's solves in flight, as marks in the store that every host can see.
 
-One empty object per solve, `_state/inflight/<run id>-<pid>-<n>`, created before its submit and
-deleted after its last poll (`runs.py` for the run id). A mark counts while its process lives:
-where its run's pids are ours (the same boot and PID namespace), its pid is checked; anywhere else,
-its run's heartbeat, aged on the store's clock (`Runs.alive`). A dead
-mark (a killed task, a dead host) is deleted by whoever lists it. The governor subtracts this
-count from the plan's working threads to find what other consumers hold; the gate admits a solve
-against it.
-
-`poke()` is how a solve refused for busy threads asks the governor (on whichever host) for a
-reading at once: `_state/plan-poke.json`.
+One empty object per solve, `_state/inflight/<run id>-<pid>-<n>`, from before its submit to after
+its last poll. It counts while its process lives (`state.alive`); whoever lists a dead one deletes
+it. `poke()` asks the governor, on whichever host, for a plan reading at once.
 """
 
 from __future__ import annotations
@@ -24,9 +17,7 @@ from .runs import Runs, current_run
 from .state import alive, read_dict, serial, stamp_of, stamped
 from .store import LocalStore, Store, write_json
 
-# How often a wait looks again (a LIST): on a local disk well under a poll, so a freed slot is
-# taken at once; on an object store 0.25 s (4 LIST a second per waiting region instead of 50, a
-# quarter of a second at most on a slot that frees, against solves of 15 s and more).
+# How often a wait lists again: on an object store each look is a paid LIST.
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
 POKE = store_keys.PLAN_POKE
@@ -38,8 +29,7 @@ def step_s(store: Store) -> float:
 
 
 class Marks:
-    """Marks of one kind in the store, one per process that holds one, counted over all hosts;
-    `kind` names their folder (`InFlight`: solves in flight; `gate.Waiting`: regions that wait)."""
+    """Marks of one kind (`kind`: their folder), counted over all hosts."""
 
     kind: str
 
@@ -60,7 +50,6 @@ class Marks:
 
     @contextlib.contextmanager
     def marked(self) -> Iterator[None]:
-        """Counts one mark for as long as the block runs."""
         key = self.mark()
         try:
             yield
@@ -68,9 +57,8 @@ class Marks:
             self.unmark(key)
 
     def live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
-        """A mark counts while its process lives: where its run's pids are ours, its own pid tells;
-        elsewhere its run's heartbeat (`Runs.ages`: listed once for every mark judged with the same
-        `ages`, empty at first)."""
+        """A mark counts while its process lives; `ages` (empty at first) lists the runs once for
+        every mark judged with it."""
         run, pid = store_keys.mark_of(name)
         if not pid.isdigit():
             return False
@@ -95,13 +83,10 @@ class Marks:
         return live
 
     def count(self) -> int:
-        """The live marks now (dead ones are deleted on the way)."""
         return len(self.prune_dead())
 
 
 class InFlight(Marks):
-    """This deployment's solves in flight, and the poke that asks for a plan reading at once."""
-
     kind = "inflight"
 
     def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
@@ -109,14 +94,12 @@ class InFlight(Marks):
         self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def poke(self) -> None:
-        """Ask for a plan reading now (a submit was refused for busy threads)."""
         write_json(self.store, POKE, stamped({"run": self.run}))
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
-        """When the last poke was (0 for none); looked up at most every `step_s`, every second on an
-        object store (the governor asks every 0.1 s: one GET a second instead of ten, for a reading
-        at most a second later after a refused submit, which is rare)."""
+        """When the last poke was (0 for none); read at most every `step_s`, on an object store every
+        second (the governor asks every 0.1 s, and refused submits are rare)."""
         value, read_at = self._poke_seen
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):

@@ -1,15 +1,8 @@
-"""One owner of the cap per deployment: a lease in the data dir's store, through `Store.create`.
+"""One owner of the cap per deployment: `_state/governor/<scheduler key>/<gen:08d>.json` = {"run", "t"}.
 
-`_state/governor/<scheduler key>/<gen:08d>.json` = {"run", "t"}: the newest generation's run owns
-the cap while it is alive (`runs.py`). A contender creates generation n + 1 only when the run of
-generation n is dead; `create` is conditional, so of two contenders one wins. The owner looks at
-each heartbeat whether a newer generation exists and steps down if one does (it was taken for dead:
-its heartbeat stalled past the TTL), so two runs set the cap for one heartbeat at most.
-
-When the owner's host dies, its heartbeat ages past the TTL and the next contender's heartbeat takes
-the lease: ownership passes within TTL + one heartbeat (runs.py: 60 + 15 s at the default plan
-period of 30 s). An owner that ends deletes its heartbeat: the next heartbeat of a contender takes
-over.
+The newest generation's run owns the cap while it is alive. A contender creates generation n + 1
+only when generation n's run is dead (`create` is conditional: one wins); an owner that finds a
+newer generation steps down, so two runs set the cap for one heartbeat at most.
 """
 
 from __future__ import annotations
@@ -19,13 +12,13 @@ from .runs import Runs
 from .state import Chain, stamped
 from .store import Store
 
-KEEP = 2  # generations kept: the owner's and the one before it (for the log of who had it)
+KEEP = 2  # the owner's generation and the one before it
 
 
 class Lease:
     def __init__(self, store: Store, key: str, runs: Runs, run: str) -> None:
         self.store = store
-        self.chain = Chain(store, store_keys.governor_lease(key), first=1)  # generation 0: nobody held it yet
+        self.chain = Chain(store, store_keys.governor_lease(key), first=1)  # 0: nobody held it
         self.prefix = self.chain.prefix
         self.runs = runs
         self.run = run
@@ -41,12 +34,11 @@ class Lease:
         return gen, str(state["run"]) if state is not None and "run" in state else None
 
     def holder(self) -> str | None:
-        """The run that owns the cap now, if it is alive."""
         _, run = self.newest()
         return run if run is not None and self.runs.alive(run, fresh=True) else None
 
     def acquire(self) -> bool:
-        """Take the lease if its holder is dead (or it is ours already); True when this run holds it."""
+        """Take the lease if its holder is dead; True when this run holds it."""
         gen, run = self.newest()
         if run == self.run:
             self.gen = gen

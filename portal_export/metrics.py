@@ -1,22 +1,11 @@
-"""What Prometheus sees of a deployment, read from the data dir's store at scrape time.
+"""What Prometheus sees of a deployment, read from the data dir's store at scrape time: it survives
+restarts, needs no push, and is the same on every host. Names and meanings are the contract's.
 
-Every value comes from the store (day files, failure records, `_state/`), so it survives restarts,
-needs no push, and is the same whichever host or process reads it: `make metrics-server` and
-luigid's `/metrics` (`ops/luigid_metrics.py`) both serve `Metrics.collect()`. Names and meanings are the
-contract's ("Metrics"); no label holds a date, a key or a secret.
-
-A scrape's cost stays bounded however many years of days the store holds:
-- one listing of the day objects (S3 answers 1,000 names a page: a page per ~500 days) and one of
-  `_state/`; a complete day's health never changes, so it is read once per process and kept (a few
-  numbers per day), as is its write time. A redo (`retry-unsolvable`, healing: `redo.py`) writes
-  its record under `_state/` before it deletes anything: a day with a new record, or found gone,
-  is read again. Each record is read once;
-- one listing per day of the window that is not complete (is its last run a failure?);
-- a GET of `cap.json` and of each run heartbeat that a solve in flight on another host belongs to.
-Nothing is written or deleted: a scrape never changes what runs see.
-
-promtool's linter finds one thing in them: `days_missing` and `days_failed` hold "days", which it
-reads as a unit (they count days; the contract names them so).
+A scrape's cost stays bounded however many days the store holds: one listing of the day objects and
+one of `_state/`; a complete day's health and write time are read once per process (a redo writes
+its record under `_state/redone/` before it deletes anything, which sends its day to be read again);
+one listing per incomplete day of the window; `cap.json` and the heartbeats of runs with marks.
+Nothing is written or deleted.
 """
 
 from __future__ import annotations
@@ -48,9 +37,8 @@ class Settings:
     configured_cap: int  # [resources] captchaai
     max_unsolvable_ratio: float  # [portal] max_unsolvable_ratio
     window_days: int = DEFAULT_WINDOW_DAYS  # [portal] metrics_window_days
-    ttl_s: float = MIN_TTL_S  # a run's heartbeat older than this on another host: dead (runs.ttl_s)
-    # The breaker objects of the key and login in use (`keys.breaker`); None when the key in use is
-    # not known here: then every breaker counts, as a breaker of the key in use may be among them.
+    ttl_s: float = MIN_TTL_S  # runs.ttl_s
+    # the breaker objects of the key and login in use; None when not known here: every breaker counts
     breakers_in_use: frozenset[str] | None = None
 
 
@@ -68,52 +56,35 @@ class Metric:
 class DayFacts:
     """What the metrics keep of a complete day's health file."""
 
-    solves: int
-    unsolvable: int
-    unsolvable_ratio: float
-    p95_solve_seconds: float | None
-    rows: int
-    submits: int
-    refused_tokens: int
-    busy_waits: int
-    transient_errors: Mapping[str, int]
+    tally: Tally = field(default_factory=Tally)
+    unsolvable_ratio: float = 0.0
+    p95_solve_seconds: float | None = None
+    rows: int = 0
     attempts: frozenset[Attempt] = frozenset()
-
-    def tally(self) -> Tally:
-        return Tally(
-            self.solves,
-            self.unsolvable,
-            self.submits,
-            self.refused_tokens,
-            self.busy_waits,
-            Counter(self.transient_errors),
-        )
 
     @classmethod
     def of(cls, health: Mapping[str, Any] | None) -> DayFacts:
         """From a health record; an unreadable one (garbled, of another shape) counts nothing."""
         h = health or {}
-        errors: Counter[str] = Counter()
-        regions = h.get("regions")
-        for region in regions.values() if isinstance(regions, dict) else ():
-            codes = region.get("transient_errors") if isinstance(region, dict) else None
-            errors.update(str(code) for code in codes or ())
+        found = h.get("regions")
+        regions: Mapping[str, Any] = found if isinstance(found, dict) else {}
         p95 = h.get("p95_solve_seconds")
         try:
+            errors = Counter(
+                str(code) for r in regions.values() if isinstance(r, dict) for code in r.get("transient_errors") or ()
+            )
+            solved, unsolvable, submits, refused, busy = (
+                int(h.get(k, 0)) for k in ("solves", "unsolvable", "submits", "refused_tokens", "busy_waits")
+            )
             return cls(
-                solves=int(h.get("solves", 0)),
-                unsolvable=int(h.get("unsolvable", 0)),
+                Tally(solved, unsolvable, submits, refused, busy, errors),
                 unsolvable_ratio=float(h.get("unsolvable_ratio", 0.0)),
                 p95_solve_seconds=None if p95 is None else float(p95),
                 rows=int(h.get("rows", 0)),
-                submits=int(h.get("submits", 0)),
-                refused_tokens=int(h.get("refused_tokens", 0)),
-                busy_waits=int(h.get("busy_waits", 0)),
-                transient_errors=dict(errors),
-                attempts=frozenset(attempts(regions)) if isinstance(regions, dict) else frozenset(),
+                attempts=frozenset(attempts(regions)),
             )
         except (TypeError, ValueError):
-            return cls(0, 0, 0.0, None, 0, 0, 0, 0, {})
+            return cls()
 
 
 def midnight_utc(day: datetime.date) -> float:
@@ -130,8 +101,6 @@ class Metrics:
         self._days: dict[datetime.date, DayFacts] = {}  # complete days: their health never changes
         self._written: dict[datetime.date, float | None] = {}
         self._records: dict[str, Mapping[str, Any]] = {}  # redo records (`redo.py`): they never change
-
-    # ------------------------------------------------------------------------------ reading
 
     def complete_days(self) -> list[datetime.date]:
         """Every complete day (both day objects there), oldest first: one listing."""
@@ -190,7 +159,7 @@ class Metrics:
         of them (so no counter decreases when a day is exported again)."""
         total = Tally()
         for d in days:
-            total.add(self.facts(d).tally())
+            total.add(self.facts(d).tally)
         complete = set(days)
         for d, records in redone.items():
             extra = records.tally(self.facts(d).attempts if d in complete else None)
@@ -210,13 +179,10 @@ class Metrics:
         ages: dict[str, dict[str, float]] = {}
         return sum(marks.live(key[len(marks.prefix) :], ages) for key in state if key.startswith(marks.prefix))
 
-    # ---------------------------------------------------------------------------- the metrics
-
     def collect(self) -> list[Metric]:
         """Every metric now. A store error propagates (the caller reports the store as down)."""
         days = self.complete_days()
-        complete = set(days)
-        for gone in self._days.keys() - complete:  # set aside by retry-unsolvable: read it again when rebuilt
+        for gone in self._days.keys() - set(days):  # set aside by retry-unsolvable: read it again when rebuilt
             del self._days[gone]
             self._written.pop(gone, None)
         state = self.store.list(keys.STATE)
@@ -224,104 +190,73 @@ class Metrics:
         return self._day_metrics(days) + _counter_metrics(counts) + self._state_metrics(state)
 
     def _day_metrics(self, days: list[datetime.date]) -> list[Metric]:
-        """The window's days, the newest complete day's figures, and the settings that judge them."""
         s = self.settings
         missing = [d for d in self.window() if d not in set(days)]
         newest = days[-1] if days else None
         last = self.facts(newest) if newest else None
         return [
-            gauge(
-                "last_success_timestamp_seconds",
-                "When the newest complete day's files were written (Unix time).",
-                self.written(newest) if newest else None,
-            ),
-            gauge(
-                "last_complete_day_timestamp_seconds",
-                "The newest complete day, as midnight UTC of that date (Unix time).",
-                midnight_utc(newest) if newest else None,
-            ),
-            gauge(
-                "days_missing",
-                "Days of the window (today - metrics_window_days ... today - 1, UTC) with no complete day.",
-                len(missing),
-            ),
-            gauge(
-                "days_failed",
-                "Days of the window whose last run failed (a failure record or a failed health file).",
-                sum(self.failed(d) for d in missing),
-            ),
-            gauge(
-                "metrics_window_seconds",
-                "[portal] metrics_window_days in seconds: the window of days_missing and days_failed.",
-                s.window_days * 86400,
-            ),
-            gauge(
-                "last_day_unsolvable_ratio",
-                "Unsolvable regions / configured regions of the newest complete day.",
-                last.unsolvable_ratio if last else None,
-            ),
-            gauge(
-                "last_day_p95_solve_seconds",
-                "95th percentile solve time of the newest complete day.",
-                last.p95_solve_seconds if last else None,
-            ),
-            gauge("last_day_rows", "Records of the newest complete day.", last.rows if last else None),
-            gauge(
-                "max_unsolvable_ratio",
-                "[portal] max_unsolvable_ratio: a day above it fails validation.",
-                s.max_unsolvable_ratio,
-            ),
+            gauge("last_success_timestamp_seconds", self.written(newest) if newest else None),
+            gauge("last_complete_day_timestamp_seconds", midnight_utc(newest) if newest else None),
+            gauge("days_missing", len(missing)),
+            gauge("days_failed", sum(self.failed(d) for d in missing)),
+            gauge("metrics_window_seconds", s.window_days * 86400),
+            gauge("last_day_unsolvable_ratio", last.unsolvable_ratio if last else None),
+            gauge("last_day_p95_solve_seconds", last.p95_solve_seconds if last else None),
+            gauge("last_day_rows", last.rows if last else None),
+            gauge("max_unsolvable_ratio", s.max_unsolvable_ratio),
         ]
 
     def _state_metrics(self, state: list[str]) -> list[Metric]:
-        """The cap, the solves in flight and the breaker: what runs share now."""
         s = self.settings
         cap_seen = CapInForce(self.store, Runs(self.store, s.ttl_s)).read() if keys.CAP in state else None
         return [
-            gauge("cap_configured", "[resources] captchaai: the ceiling of solves in flight.", s.configured_cap),
-            gauge(
-                "cap_in_force",
-                "The cap on solves in flight now (the configured cap while no run follows the plan).",
-                s.configured_cap if cap_seen is None else cap_seen[0],
-            ),
-            gauge("solves_in_flight", "The deployment's solves in flight now, over all hosts.", self.in_flight(state)),
-            gauge(
-                "breaker_open",
-                "1 while a breaker refuses the key or login in use (make clear-breaker once fixed), else 0.",
-                int(self.breaker_open(state)),
-            ),
-            gauge("state_objects", f"Objects under {keys.STATE}.", len(state)),
+            gauge("cap_configured", s.configured_cap),
+            gauge("cap_in_force", s.configured_cap if cap_seen is None else cap_seen[0]),
+            gauge("solves_in_flight", self.in_flight(state)),
+            gauge("breaker_open", int(self.breaker_open(state))),
+            gauge("state_objects", len(state)),
         ]
 
 
-def gauge(name: str, help: str, value: float | None) -> Metric:
-    return Metric(PREFIX + name, "gauge", help, [] if value is None else [({}, value)])
+HELP = {
+    "last_success_timestamp_seconds": "When the newest complete day's files were written (Unix time).",
+    "last_complete_day_timestamp_seconds": "The newest complete day, as midnight UTC of that date (Unix time).",
+    "days_missing": "Days of the window (today - metrics_window_days ... today - 1, UTC) with no complete day.",
+    "days_failed": "Days of the window whose last run failed (a failure record or a failed health file).",
+    "metrics_window_seconds": "[portal] metrics_window_days in seconds: the window of days_missing and days_failed.",
+    "last_day_unsolvable_ratio": "Unsolvable regions / configured regions of the newest complete day.",
+    "last_day_p95_solve_seconds": "95th percentile solve time of the newest complete day.",
+    "last_day_rows": "Records of the newest complete day.",
+    "max_unsolvable_ratio": "[portal] max_unsolvable_ratio: a day above it fails validation.",
+    "cap_configured": "[resources] captchaai: the ceiling of solves in flight.",
+    "cap_in_force": "The cap on solves in flight now (the configured cap while no run follows the plan).",
+    "solves_in_flight": "The deployment's solves in flight now, over all hosts.",
+    "breaker_open": "1 while a breaker refuses the key or login in use (make clear-breaker once fixed), else 0.",
+    "state_objects": f"Objects under {keys.STATE}.",
+    "solves_total": "Solves recorded in the complete days' health files, by outcome (those of regions solved again included).",
+    "submits_total": "CaptchaAI submits of the complete days.",
+    "refused_tokens_total": "Tokens the portal refused in the complete days.",
+    "busy_waits_total": "Submits refused for busy plan threads and waited out, in the complete days.",
+    "transient_errors_total": "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
+}
 
 
-def counter(name: str, help: str, value: float) -> Metric:
-    return Metric(PREFIX + name, "counter", help, [({}, value)])
+def gauge(name: str, value: float | None) -> Metric:
+    return Metric(PREFIX + name, "gauge", HELP[name], [] if value is None else [({}, value)])
+
+
+def counter(name: str, samples: list[tuple[dict[str, str], float]]) -> Metric:
+    return Metric(PREFIX + name, "counter", HELP[name], samples)
 
 
 def _counter_metrics(counts: Tally) -> list[Metric]:
     """The complete days' counters (those of regions solved again included: they never decrease)."""
     return [
-        Metric(
-            PREFIX + "solves_total",
-            "counter",
-            "Solves recorded in the complete days' health files, by outcome (those of regions solved again included).",
-            [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)],
-        ),
-        counter("submits_total", "CaptchaAI submits of the complete days.", counts.submits),
-        counter("refused_tokens_total", "Tokens the portal refused in the complete days.", counts.refused_tokens),
         counter(
-            "busy_waits_total",
-            "Submits refused for busy plan threads and waited out, in the complete days.",
-            counts.busy_waits,
+            "solves_total", [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)]
         ),
-        Metric(
-            PREFIX + "transient_errors_total",
-            "counter",
-            "Transient errors retried in the complete days, by error code (CaptchaAI's, the portal's, the store's).",
-            [({"code": code}, n) for code, n in sorted(counts.transient_errors.items())],
-        ),
+        counter("submits_total", [({}, counts.submits)]),
+        counter("refused_tokens_total", [({}, counts.refused_tokens)]),
+        counter("busy_waits_total", [({}, counts.busy_waits)]),
+        counter("transient_errors_total", [({"code": c}, n) for c, n in sorted(counts.transient_errors.items())]),
     ]

@@ -1,19 +1,11 @@
-"""A day redone: its unsolvable regions set aside to be solved again, and the record that keeps
-what they counted.
+"""A day redone: its unsolvable regions set aside to be solved again, and the record of what they
+counted.
 
-`make retry-unsolvable` (at once, also on a day that passed with an unsolvable region) and healing
-(a run that starts `[portal] heal_after_hours` after a day failed validation) share `set_aside`.
-It works from the health that judged the day (the day's health file, or `failed.health.json`):
-regions that delivered are never touched, and a region target written after that health (a redo
-already under way, on this host or another) is not its to judge. With its targets gone, the
-regions are incomplete to Luigi, and the next `DayExport` of the day solves them again.
-
-The counters of `/metrics` never decrease (contract, "Metrics"): what a redo takes out of the data
-dir is first written to a record under `_state/redone/` (`keys.redone`), which the metrics add to
-the complete days' health files (`Redone.tally`). A record holds the set-aside regions' entries of
-that health, and for a day that was complete the entries of the regions it keeps (they count while
-the day is rebuilt). An attempt is known by its region and CaptchaAI task ids, so a record written
-twice (two hosts healing the same day) or a set-aside that stopped half-way counts once.
+`make retry-unsolvable` and healing share `set_aside`. It works from the health that judged the day,
+never touches regions that delivered, and leaves alone a region target written after that health (a
+redo under way elsewhere). The counters of `/metrics` never decrease: what a redo takes out is first
+written under `_state/redone/`, and `Redone.tally` adds it back. An attempt is known by its region
+and task ids, so a record written twice, or a redo stopped half-way, counts once.
 """
 
 from __future__ import annotations
@@ -28,23 +20,23 @@ from typing import Any
 
 from . import store_keys as keys
 from .errors import PermanentError
+from .health import read_health
 from .region_file import read_facts
-from .state import read_dict, stamped
+from .state import stamped
 from .store import Store, write_json
 
 Attempt = tuple[str, tuple[str, ...]]  # (region, CaptchaAI task ids): one attempt at a region
 
 
 def new_stamp(now: datetime.datetime | None = None) -> str:
-    """A redo's name: UTC time first (a day's records sort by it), then a random part no other host draws."""
+    """UTC time first (a day's records sort by it), then a random part no other host draws."""
     at = now or datetime.datetime.now(datetime.timezone.utc)
     return f"{at:%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What `set_aside` did: the regions it set aside, and when the newest of their targets had been
-    written (the store's clock; None when none was set aside)."""
+    """The regions set aside, when the newest of their targets was written (store's clock)."""
 
     regions: list[str]
     finished_at: float | None = None
@@ -55,22 +47,20 @@ def judged(
     store: Store, day: datetime.date, times: Mapping[str, float], complete_too: bool
 ) -> tuple[dict[str, Any], float, bool] | None:
     """(the health that judged the day, when it was written, whether the day is complete); None when
-    no health judged it. `times`: the listing of the day's region folder. `complete_too`: a complete
-    day's own health counts (retry-unsolvable); otherwise only a failed validation's."""
+    none did. `complete_too`: a complete day's health counts too (retry-unsolvable)."""
     if complete_too:
-        health = read_dict(store, keys.day_health(day))
+        health = read_health(store, keys.day_health(day))
         written = store.modified(keys.day_health(day))
         if health is not None and written is not None and store.exists(keys.day_records(day)):
             return health, written, True
     written = times.get(keys.failed_health(day))
-    health = None if written is None else read_dict(store, keys.failed_health(day))
+    health = None if written is None else read_health(store, keys.failed_health(day))
     return None if health is None or written is None else (health, written, False)
 
 
 def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float | None, judged_at: float) -> bool:
-    """The region target at `key` (written at `written`) is the attempt `entry` of the health written
-    at `judged_at`: older than that health, or of the same second (an object store's times are whole
-    seconds) with the same CaptchaAI task ids. A newer one is a redo under way, not that health's."""
+    """The region target at `key` is the attempt `entry` of the health written at `judged_at`: older,
+    or of the same second (an object store's times are whole seconds) with the same task ids."""
     if written is None or written > judged_at:
         return False
     if written < judged_at:
@@ -90,14 +80,10 @@ def set_aside(
     older_than_s: float = 0.0,
     complete_too: bool = False,
 ) -> Outcome:
-    """Set aside the unsolvable regions of the health that judged `day`, when the day failed at
-    least `older_than_s` ago by the store's clock: a record for the counters first, then each
-    target copied beside itself (`keys.set_aside`, for the record) and removed, then the day's
-    files of a complete day. Safe to run on several hosts at once.
-
-    The day failed when its regions were last written, not when its health was: every run finds
-    the day missing and validates the same regions again, rewriting `failed.health.json`, so its
-    time would never grow older than the time between runs."""
+    """Set aside the unsolvable regions of the health that judged `day`, if it failed `older_than_s`
+    ago: a record for the counters first, then each target copied beside itself and removed, then a
+    complete day's files. Safe on several hosts at once. The day failed when its regions were last
+    written: every run validates them again, rewriting `failed.health.json`."""
     times, now = store.written(keys.region_dir(day))
     found = judged(store, day, times, complete_too)
     if found is None:
@@ -132,9 +118,6 @@ def set_aside(
     return Outcome(unsolvable, max(times[keys.region(day, r)] for r in unsolvable), failed_at)
 
 
-# ---------------------------------------------------------------------------------- the counters
-
-
 @dataclass
 class Tally:
     """What the counters of `/metrics` add up for a set of attempts."""
@@ -156,7 +139,7 @@ class Tally:
 
     @classmethod
     def of_entries(cls, entries: Iterable[Mapping[str, Any]]) -> Tally:
-        """From regions' entries of a health record (garbled values count nothing)."""
+        """From regions' entries of a health record (garbled ones count nothing)."""
         t = cls()
         for e in entries:
             try:
@@ -186,7 +169,7 @@ def attempts(entries: Mapping[str, Any]) -> dict[Attempt, Mapping[str, Any]]:
 
 @dataclass(frozen=True)
 class Redone:
-    """A day's redo records, oldest first (each read once: a record never changes)."""
+    """A day's redo records, oldest first."""
 
     records: list[Mapping[str, Any]]
 
@@ -195,10 +178,9 @@ class Redone:
         return any(r.get("was_complete") is True for r in self.records)
 
     def tally(self, held: Collection[Attempt] | None) -> Tally | None:
-        """What the records add to the day's counters: given the attempts of the complete day's
-        health (None while the day is not complete), those it does not hold; while the day is
-        rebuilt, also the regions its last complete state kept. None: the day never was complete,
-        and counts nothing yet."""
+        """What the records add to the counters: the attempts the complete day's health does not hold
+        (`held`; None while it is rebuilt: then the regions its last complete state kept count too).
+        None: the day never was complete."""
         if held is None and not self.was_complete:
             return None
         seen: dict[Attempt, Mapping[str, Any]] = {}

@@ -1,12 +1,7 @@
-"""The solve-health report: one row per day from the day health files, as a CSV table and a plot.
-
-Reads `portal_records_YYYY-MM-DD.health.json` (days that exported) and
-`regions/YYYY-MM-DD/failed.health.json` (days that failed validation) in the data dir, and writes
-`solve_health.csv` and `solve_health.png` into the report dir (default: `<data dir>/report`).
-Every calendar day between the first and the last day seen gets a row: `ok`, `failed` or
-`missing` (no readable health file). A day with both files (failed, then exported) is `ok`.
-
-Part of the core package: no Luigi here, so it runs on any copy of the data dir.
+"""The solve-health report: a row per calendar day from the health files (`health.health_keys`), as
+`solve_health.csv` and `solve_health.png` in the report dir. A day is `ok` (exported, even after a
+failed validation), `failed` or `missing` (no readable health file). No Luigi: it runs on any copy
+of the data dir.
 
     python -m portal_export.report [--data-dir DIR] [--out-dir DIR] [--max-unsolvable-ratio X]
 """
@@ -14,13 +9,13 @@ Part of the core package: no Luigi here, so it runs on any copy of the data dir.
 import argparse
 import datetime
 import io
+import itertools
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,9 +31,6 @@ from . import health, store_keys
 from .errors import ExportError
 from .store import LocalStore, Store
 
-if TYPE_CHECKING:
-    from pandas.api.typing import NAType  # for annotations only: pandas.api.typing is new in pandas 2.1
-
 log = logging.getLogger(__name__)
 
 CSV_NAME = "solve_health.csv"
@@ -47,23 +39,9 @@ ROLLING_DAYS = 7
 ROLLING_COLUMN = f"p95_rolling{ROLLING_DAYS}_median"
 TABLE_DAYS = 14
 
-# The health file keys taken into the table, in column order.
 COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
 FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
-COLUMNS = (
-    "day",
-    "status",
-    "p95_solve_seconds",
-    ROLLING_COLUMN,
-    "unsolvable_ratio",
-    "solves",
-    "unsolvable",
-    "refused_tokens",
-    "submits",
-    "rows",
-    "idle_slot_seconds",
-)
-
+COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", *COUNT_KEYS, "idle_slot_seconds")
 
 COLOR_P95 = "#1f77b4"
 COLOR_MEDIAN = "#ff7f0e"
@@ -80,28 +58,14 @@ ROWS_BARS = (
     {"color": COLOR_ROWS, "label": "rows exported"},
     {"facecolor": "none", "edgecolor": COLOR_FAILED, "lw": 1.2, "label": "rows fetched, not exported\n(failed day)"},
 )
-
-
-class _LegendStyle(TypedDict):
-    loc: Literal["upper left"]
-    bbox_to_anchor: tuple[float, float]
-    fontsize: float
-    frameon: bool
-    borderaxespad: float
-
-
-class _MarkerStyle(TypedDict, total=False):
-    marker: str
-    ms: float
-
-
-LEGEND: _LegendStyle = {
+LEGEND: dict[str, Any] = {
     "loc": "upper left",
     "bbox_to_anchor": (1.01, 1.0),
     "fontsize": 9,
     "frameon": False,
     "borderaxespad": 0.0,
 }
+MISSING_STYLE: dict[str, Any] = {"facecolor": (0.5, 0.5, 0.5, 0.12), "edgecolor": (0.5, 0.5, 0.5, 0.5), "hatch": "///"}
 
 
 class NoHealthFilesError(FileNotFoundError):
@@ -125,10 +89,7 @@ def _numeric(series: pd.Series, integral: bool) -> pd.Series:
 
 
 def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
-    """One row per calendar day from the first to the last day seen, with its status and numbers.
-
-    Raises NoHealthFilesError when the data dir holds no readable health file.
-    """
+    """One row per calendar day from the first to the last day seen, with its status and numbers."""
     store = as_store(data)
     data_dir = store.location("").rstrip("/")
     if isinstance(store, LocalStore) and not store.root.is_dir():
@@ -160,7 +121,7 @@ def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
     for ts in days:
         status, record = by_day.get(ts.date(), ("missing", {}))
         records.append({"status": status, **{k: record.get(k) for k in COUNT_KEYS + FLOAT_KEYS}})
-    # Annotated: pandas-stubs 3 spell these returns `Self`, which mypy makes Any when it targets Python 3.10.
+    # annotated: pandas-stubs spell these returns `Self`, which mypy makes Any for Python 3.10
     frame: pd.DataFrame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
     frame.insert(0, "day", days)
     for key in COUNT_KEYS:
@@ -174,29 +135,25 @@ def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
 
 
 def _runs(mask: Iterable[bool]) -> list[tuple[int, int]]:
-    """(start, stop) index pairs of the runs of True in a boolean sequence."""
-    runs: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, flag in enumerate(list(mask) + [False]):
-        if flag and start is None:
-            start = i
-        elif not flag and start is not None:
-            runs.append((start, i))
-            start = None
+    """(start, stop) index pairs of the runs of True."""
+    runs, start = [], 0
+    for flag, group in itertools.groupby(mask):
+        stop = start + len(list(group))
+        if flag:
+            runs.append((start, stop))
+        start = stop
     return runs
 
 
-def _floats(series: pd.Series) -> npt.NDArray[np.float64]:
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
+
+
+def _floats(series: pd.Series) -> Floats:
     return np.asarray(series.astype("float64").to_numpy(), dtype=np.float64)
 
 
-def _bar(
-    ax: Axes,
-    x: npt.NDArray[np.float64],
-    values: npt.NDArray[np.float64],
-    where: npt.NDArray[np.bool_],
-    **style: Any,
-) -> None:
+def _bar(ax: Axes, x: Floats, values: Floats, where: Flags, **style: Any) -> None:
     """Bars at the days in `where` that have a value; nothing (and no legend entry) otherwise."""
     keep = where & np.isfinite(values)
     if keep.any():
@@ -204,12 +161,7 @@ def _bar(
 
 
 def _split_bars(
-    ax: Axes,
-    x: npt.NDArray[np.float64],
-    values: npt.NDArray[np.float64],
-    failed: npt.NDArray[np.bool_],
-    styles: tuple[dict[str, Any], dict[str, Any]],
-    **style: Any,
+    ax: Axes, x: Floats, values: Floats, failed: Flags, styles: tuple[dict[str, Any], ...], **style: Any
 ) -> None:
     """The days that passed in the first style, those that failed in the second (each over `style`)."""
     _bar(ax, x, values, ~failed, **{**style, **styles[0]})
@@ -245,113 +197,68 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         for a, b in failed_runs:
             ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, color=COLOR_FAILED, alpha=0.15, lw=0, zorder=0)
         for a, b in missing_runs:
-            ax.axvspan(
-                x[a] - 0.5,
-                x[b - 1] + 0.5,
-                facecolor=(0.5, 0.5, 0.5, 0.12),
-                edgecolor=(0.5, 0.5, 0.5, 0.5),
-                hatch="///",
-                lw=0,
-                zorder=0,
-            )
+            ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, lw=0, zorder=0, **MISSING_STYLE)
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_axisbelow(True)
 
     # p95 solve seconds, and its rolling median.
     p95 = _floats(frame["p95_solve_seconds"])
     failed = (frame["status"] == "failed").to_numpy()
-    marker: _MarkerStyle = {"marker": "o", "ms": 4} if n_days <= 120 else {}
+    marker: dict[str, Any] = {"marker": "o", "ms": 4} if n_days <= 120 else {}
     ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
-    ax_p95.plot(
-        x,
-        _floats(frame[ROLLING_COLUMN]),
-        color=COLOR_MEDIAN,
-        lw=2.2,
-        ls="--",
-        label=f"rolling {ROLLING_DAYS}-day median of p95",
-    )
+    median = f"rolling {ROLLING_DAYS}-day median of p95"
+    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--", label=median)
     if failed.any():
         ax_p95.plot(
             x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED, label="p95 of a failed day"
         )
-    ax_p95.set_ylabel("p95 solve (s)")
     handles, labels = ax_p95.get_legend_handles_labels()
     if failed_runs:
         handles.append(Patch(facecolor=COLOR_FAILED, alpha=0.15, label="failed validation"))
     if missing_runs:
-        handles.append(
-            Patch(
-                facecolor=(0.5, 0.5, 0.5, 0.12),
-                edgecolor=(0.5, 0.5, 0.5, 0.5),
-                hatch="///",
-                label="missing (no health file)",
-            )
-        )
-    _legend(ax_p95, handles)
-    ax_p95.set_title("p95 solve time of the delivering solves", fontsize=10, loc="left")
+        handles.append(Patch(label="missing (no health file)", **MISSING_STYLE))
 
     # Unsolvable ratio, against the validation threshold.
     ratio = _floats(frame["unsolvable_ratio"])
     _split_bars(ax_ratio, x, ratio, failed, RATIO_BARS, width=bar_width, **bar_style)
     top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
     if max_unsolvable_ratio is not None:
-        ax_ratio.axhline(
-            max_unsolvable_ratio,
-            color=COLOR_FAILED,
-            ls="--",
-            lw=1.2,
-            label=f"validation threshold {max_unsolvable_ratio:g}",
-        )
+        threshold = f"validation threshold {max_unsolvable_ratio:g}"
+        ax_ratio.axhline(max_unsolvable_ratio, color=COLOR_FAILED, ls="--", lw=1.2, label=threshold)
         top = max(top, max_unsolvable_ratio)
     ax_ratio.set_ylim(0, max(0.05, min(1.0, top * 1.25)) if top <= 1 else top * 1.1)
     ax_ratio.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
-    ax_ratio.set_ylabel("unsolvable")
-    _legend(ax_ratio)
-    ax_ratio.set_title("share of regions given up as unsolvable", fontsize=10, loc="left")
 
     # Solves and refused tokens: side by side, or over a long range a line over the bars.
     solves = _floats(frame["solves"])
     refused = _floats(frame["refused_tokens"])
     every = np.ones(n_days, dtype=bool)
+    solves_style = {"color": COLOR_SOLVES, "label": "solves (delivered a region)"}
     if long_range:
-        _bar(
-            ax_solves,
-            x,
-            solves,
-            every,
-            width=bar_width,
-            color=COLOR_SOLVES,
-            label="solves (delivered a region)",
-            **bar_style,
-        )
+        _bar(ax_solves, x, solves, every, width=bar_width, **solves_style, **bar_style)
         if np.isfinite(refused).any():
             ax_solves.step(x, refused, where="mid", color=COLOR_FAILED, lw=1.2, label="refused tokens")
     else:
         half = bar_width / 2
-        _bar(
-            ax_solves, x - half / 2, solves, every, width=half, color=COLOR_SOLVES, label="solves (delivered a region)"
-        )
+        _bar(ax_solves, x - half / 2, solves, every, width=half, **solves_style)
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
-    # the y axes are linear, so their locator is an AutoLocator: a MaxNLocator, which takes integer=
-    cast(MaxNLocator, ax_solves.yaxis.get_major_locator()).set_params(integer=True)
-    ax_solves.set_ylabel("count")
-    _legend(ax_solves)
-    ax_solves.set_title("solves and tokens the portal refused", fontsize=10, loc="left")
 
     # Rows exported.
     rows = _floats(frame["rows"])
     _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
-    cast(MaxNLocator, ax_rows.yaxis.get_major_locator()).set_params(integer=True)
-    ax_rows.set_ylabel("rows")
-    _legend(ax_rows)
-    ax_rows.set_title("rows in the day's records", fontsize=10, loc="left")
 
-    for ax, columns in (
-        (ax_p95, ["p95_solve_seconds"]),
-        (ax_ratio, ["unsolvable_ratio"]),
-        (ax_solves, ["solves", "refused_tokens"]),
-        (ax_rows, ["rows"]),
+    for ax, ylabel, title, columns, legend in (
+        (ax_p95, "p95 solve (s)", "p95 solve time of the delivering solves", ["p95_solve_seconds"], handles),
+        (ax_ratio, "unsolvable", "share of regions given up as unsolvable", ["unsolvable_ratio"], None),
+        (ax_solves, "count", "solves and tokens the portal refused", ["solves", "refused_tokens"], None),
+        (ax_rows, "rows", "rows in the day's records", ["rows"], None),
     ):
+        ax.set_ylabel(ylabel)
+        _legend(ax, legend)
+        ax.set_title(title, fontsize=10, loc="left")
+        if ax in (ax_solves, ax_rows):
+            # linear y axes: their locator is an AutoLocator, a MaxNLocator, which takes integer=
+            cast(MaxNLocator, ax.yaxis.get_major_locator()).set_params(integer=True)
         if ax is not ax_ratio:
             ax.set_ylim(0, max(1, ax.get_ylim()[1]))
         if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
@@ -383,13 +290,8 @@ def build_report(
     out_dir: "Store | str | os.PathLike[str] | None" = None,
     max_unsolvable_ratio: float | None = None,
 ) -> tuple["Path | str", "Path | str", pd.DataFrame]:
-    """Write solve_health.csv and solve_health.png, each whole; return (csv, png locations, frame).
-
-    `out_dir` defaults to the data dir's `report/`; `max_unsolvable_ratio`, when given, draws the
-    validation threshold on the unsolvable panel. Raises NoHealthFilesError (a
-    FileNotFoundError) when the data dir holds no readable health file. Locations are Paths for a
-    local directory, s3:// URLs for an object store.
-    """
+    """Write solve_health.csv and solve_health.png, each whole, into `out_dir` (default: the data
+    dir's `report/`); return their locations (Paths, or s3:// URLs) and the frame."""
     store = as_store(data)
     frame = load_health(store)
     out, prefix = (store, store_keys.REPORT) if out_dir is None else (as_store(out_dir), "")
@@ -408,41 +310,37 @@ def build_report(
     return where(prefix + CSV_NAME), where(prefix + PNG_NAME), frame
 
 
-def _cell(value: "float | NAType | None", fmt: str) -> str:
-    if value is None or isinstance(value, type(pd.NA)) or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(round(value) if fmt == "d" else value, fmt)
+# (heading, column, format, width): the report's columns, idle_slot_seconds left off
+TABLE = (
+    ("day", "day", "date", 10),
+    ("status", "status", None, 7),
+    ("p95_s", "p95_solve_seconds", ".1f", 6),
+    ("p95_med7", ROLLING_COLUMN, ".1f", 8),
+    ("unsolv", "unsolvable_ratio", ".0%", 6),
+    ("solves", "solves", "d", 6),
+    ("unsolv_n", "unsolvable", "d", 8),
+    ("refused", "refused_tokens", "d", 7),
+    ("submits", "submits", "d", 7),
+    ("rows", "rows", "d", 7),
+)
+
+
+def _cell(value: Any, fmt: str | None, width: int) -> str:
+    if fmt is None:
+        return f"{value:<{width}}"
+    if fmt == "date":
+        return f"{value:%Y-%m-%d}"
+    text = "-" if pd.isna(value) else format(round(value) if fmt == "d" else value, fmt)
+    return f"{text:>{width}}"
 
 
 def format_table(frame: pd.DataFrame, days: int = TABLE_DAYS) -> str:
     """The last `days` rows as a fixed-width text table; '-' where a number is unknown."""
-    spec = [
-        ("day", None, 10),
-        ("status", None, 7),
-        ("p95_s", ".1f", 6),
-        ("p95_med7", ".1f", 8),
-        ("unsolv", ".0%", 6),
-        ("solves", "d", 6),
-        ("unsolv_n", "d", 8),
-        ("refused", "d", 7),
-        ("submits", "d", 7),
-        ("rows", "d", 7),
+    lines = [
+        "  ".join(f"{name:<{width}}" if fmt in (None, "date") else f"{name:>{width}}" for name, _, fmt, width in TABLE)
     ]
-    source = COLUMNS[: len(spec)]  # the table's columns are the report's, idle_slot_seconds left off
-    lines = ["  ".join(f"{name:>{width}}" if fmt else f"{name:<{width}}" for name, fmt, width in spec)]
-    last = frame.tail(days)
-    for row in last.itertuples(index=False, name=None):
-        record = dict(zip(last.columns, row, strict=True))
-        cells = []
-        for (_name, fmt, width), key in zip(spec, source, strict=True):
-            value = record[key]
-            if key == "day":
-                cells.append(f"{value:%Y-%m-%d}")
-            elif fmt is None:
-                cells.append(f"{value:<{width}}")
-            else:
-                cells.append(f"{_cell(value, fmt):>{width}}")
-        lines.append("  ".join(cells))
+    for record in frame.tail(days).to_dict("records"):
+        lines.append("  ".join(_cell(record[column], fmt, width) for _, column, fmt, width in TABLE))
     return "\n".join(lines)
 
 
@@ -482,7 +380,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "://" in args.data_dir:  # the core reads local directories; the Luigi layer builds object stores
         print(f"error: {args.data_dir} is an object store: run `make report`, which reaches it", file=sys.stderr)
         return 2
-
     return run(args.data_dir, args.data_dir, args.max_unsolvable_ratio, args.out_dir)
 
 
@@ -500,12 +397,9 @@ def run(
         logger.addHandler(handler)
     try:
         csv_path, png_path, frame = build_report(data, out_dir, max_unsolvable_ratio)
-    except NoHealthFilesError as e:
+    except (OSError, ExportError) as e:  # NoHealthFilesError: nothing to report on, exit 2
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (OSError, ExportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, NoHealthFilesError) else 1
     finally:
         for logger in loggers:
             logger.removeHandler(handler)
@@ -516,9 +410,7 @@ def run(
         f"solve health of {where}, last {shown} of {len(frame)} days "
         f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):"
     )
-    print(format_table(frame))
-    print(f"table: {csv_path}")
-    print(f"plot:  {png_path}")
+    print(f"{format_table(frame)}\ntable: {csv_path}\nplot:  {png_path}")
     return 0
 
 

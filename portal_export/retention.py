@@ -1,27 +1,11 @@
-"""What the data dir keeps for itself besides the outputs, and what of it `keep_state_days` lets go.
+"""What the data dir keeps for itself besides the outputs (`_state/` and the failure records, by
+`KINDS`), and what of it `keep_state_days` lets go, judged on listings alone.
 
-Everything under `_state/` and the failure records, by kind (`KINDS`, all spelled in `store_keys.py`).
-Outputs and region targets are never touched; neither is a live run's object (its heartbeat, its
-marks, the cap-log changes it noted), the breaker of a credential in use now, nor a redone day's
-record (the counters of `/metrics` hold it for good: one small object per redo).
-
-What may go, past `keep_s` since it was last written (its time in a listing: nothing is read):
-- cap-log changes, except the newest (the cap in force) and those of runs with a heartbeat;
-- alert claims (the run they covered ended long ago: the same failure again is alerted again);
-- breakers of credentials no longer in use (a rotated key, a changed login). A breaker is open
-  until `make clear-breaker`, so "no longer open" means: no credential this deployment holds now
-  can be refused by it. When the key in use is not known, no breaker goes;
-- lease generations: all but the newest of a scheduler's chain; the newest too when no run has a
-  heartbeat (its scheduler's runs ended: a new run starts the chain again);
-- heartbeats and marks of dead runs, also past `LIVE_FLOOR_S` (a live run beats every few seconds
-  and a solve lasts minutes: an object that old is no live run's, whatever `keep_s` is);
-- failure records of days that never completed (a completed day's are removed by its task).
-
-Runs remove it themselves, a bounded batch each (`prune_some`): one listing per kind, starting
-after the oldest cap-log change or at a random point of the kinds whose names are hashes (so
-every object is reached over the nights), and at most `budget` deletes; `make prune` removes all
-of it in batches (`prune_all`). Neither ever lists the outputs, save `make prune`'s failure
-records, and `make state` (`survey`).
+Never touched: outputs and region targets, a live run's objects, the breaker of a credential in use
+(unknown: no breaker goes), a redone day's record (the counters hold it for good), the newest cap-log
+change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever `keep_s` is.
+Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
+every object is reached over the nights); `make prune` removes it all (`prune_all`).
 """
 
 from __future__ import annotations
@@ -44,7 +28,7 @@ HEX = "0123456789abcdef"
 class Kind:
     name: str  # as `make state` prints it
     prefix: str
-    hashed: bool = False  # names start with a hex hash: a random start reaches every part over nights
+    hashed: bool = False  # names start with a hex hash
 
 
 CAP_LOG = Kind("cap-log", store_keys.CAP_LOG)
@@ -58,7 +42,7 @@ FAILURES = Kind("failure-records", store_keys.REGIONS)  # regions/<day>/failures
 REDONE = Kind("redone-days", store_keys.REDONE)  # what redos took out of the counters (`redo.py`): kept for good
 OTHER = Kind("other-state", store_keys.STATE)  # cap.json, plan-poke.json, plan-busy.json: one each, kept
 KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, REDONE, OTHER)
-NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # runs' and marks' own listings remove dead ones at once
+NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # dead runs and marks go when listed
 
 
 def keep_seconds(keep_state_days: float) -> float:
@@ -67,8 +51,7 @@ def keep_seconds(keep_state_days: float) -> float:
 
 @dataclass
 class Policy:
-    """What decides: now, how long state is kept, the runs with a heartbeat (listed once), and the
-    breaker names of the credentials in use (None: unknown, so every breaker stays)."""
+    """Now, how long state is kept, the runs with a heartbeat, the breakers in use (None: unknown)."""
 
     now: float
     keep_s: float
@@ -84,9 +67,8 @@ class Policy:
         return self.now - max(self.keep_s, LIVE_FLOOR_S)
 
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
-        """The keys of `found` (one listing of `kind`, in key order) that may go. `complete`: the
-        listing ran to the end of what it covers, so its last lease chain is whole (its newest
-        generation listed); a cap-log listing's last change is kept either way."""
+        """The keys of `found` (a listing of `kind`) that may go; `complete`: the listing ran to its
+        end, so its last lease chain is whole."""
         if kind is CAP_LOG:
             return self._cap_log(found)
         if kind is ALERTS:
@@ -113,8 +95,7 @@ class Policy:
         return []
 
     def _cap_log(self, found: list[Entry]) -> list[str]:
-        """Changes older than the cutoff, of no run with a heartbeat, and each followed by a later one
-        (the newest of the listing stays: it may be the cap in force)."""
+        """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
         out = []
         for entry in found[:-1]:
             parsed = store_keys.cap_change_of(entry.key)
@@ -126,8 +107,7 @@ class Policy:
         return out
 
     def _leases(self, found: list[Entry], complete: bool) -> list[str]:
-        """Old generations; a chain's newest only when no run has a heartbeat. A chain whose newest
-        may lie past the listing keeps its last listed one."""
+        """Old generations; a chain's newest only when no run has a heartbeat and it was listed whole."""
         chains: dict[str, list[Entry]] = {}
         for entry in found:
             chains.setdefault(entry.key.rpartition("/")[0], []).append(entry)
@@ -142,22 +122,17 @@ class Policy:
 
 
 def is_failure_record(key: str) -> bool:
-    """regions/<day>/failures/<name>.json: a failure record, never a region target."""
     parts = key[len(store_keys.REGIONS) :].split("/")
     return len(parts) == 3 and parts[1] == "failures" and parts[2].endswith(".json")
 
 
 def live_runs(store: Store) -> set[str]:
-    """The runs with a heartbeat object (one listing): their objects stay, alive or not yet judged."""
+    """The runs with a heartbeat object: their objects stay, alive or not yet judged."""
     return {store_keys.run_of(key) for key in store.list(store_keys.RUNS)}
 
 
-# ----------------------------------------------------------------------------------- nightly
-
-
 def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) -> Iterator[tuple[list[Entry], bool]]:
-    """One bounded look at `kind`, as (listing, whether it ran to the end of what it covers: its
-    last object's chain is whole). The oldest cap-log changes first; a hashed kind from a random
+    """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random
     point, wrapping round to its start (a chain's names share its hash: the point splits none)."""
     if not kind.hashed:
         found = store.entries(kind.prefix, limit=batch)
@@ -181,8 +156,7 @@ def prune_some(
     kinds: Iterable[Kind] = NIGHTLY,
     rng: random.Random | None = None,
 ) -> dict[str, int]:
-    """A run's share of the pruning: per kind one bounded listing (two for a hashed kind that wraps
-    round), at most `budget` deletes in all. Returns the deletes by kind's name."""
+    """A run's share: a bounded listing per kind, `budget` deletes in all. Returns them by kind."""
     rng = rng or random.Random()
     done: dict[str, int] = {}
     for kind in kinds:
@@ -196,9 +170,6 @@ def prune_some(
     return done
 
 
-# ---------------------------------------------------------------------------------- make prune
-
-
 def prune_all(
     store: Store,
     policy: Policy,
@@ -206,9 +177,8 @@ def prune_all(
     batch: int = 1000,
     say: Callable[[Kind, list[str]], None] | None = None,
 ) -> dict[str, int]:
-    """Everything `policy` lets go, kind by kind, a listing of at most `batch` objects at a time and
-    its removable part deleted before the next (`delete=False`: only counted, and said). Returns
-    what went (or would go) by kind's name."""
+    """Everything `policy` lets go, a listing of `batch` objects at a time (`delete=False`: only
+    counted and said). Returns what went by kind."""
     done: dict[str, int] = {}
     for kind in KINDS:
         if kind is OTHER:
@@ -226,13 +196,9 @@ def prune_all(
             done[kind.name] = done.get(kind.name, 0) + len(gone)
             if complete:
                 break
-            # a cap-log change or lease generation is judged by what follows it: the batch's last,
-            # kept for want of that, is judged again with the next batch
+            # a cap-log change or lease generation is judged by what follows it: the last again
             after = found[-2].key if kind in (CAP_LOG, LEASES) else found[-1].key
     return done
-
-
-# ----------------------------------------------------------------------------------- make state
 
 
 @dataclass
@@ -248,7 +214,7 @@ class Tally:
 
 
 def kind_of(key: str) -> Kind | None:
-    """The kind of an object under `_state/` or a failure record; None for an output or region target."""
+    """None for an output or region target."""
     if key.startswith(store_keys.REGIONS):
         return FAILURES if is_failure_record(key) else None
     for kind in KINDS:
@@ -258,7 +224,7 @@ def kind_of(key: str) -> Kind | None:
 
 
 def survey(store: Store) -> dict[str, Tally]:
-    """Every kind's count, oldest and bytes: one listing of `_state/`, one of the region folders."""
+    """Every kind's count, oldest and bytes (`make state`)."""
     tallies = {kind.name: Tally() for kind in KINDS}
     for prefix in (store_keys.STATE, store_keys.REGIONS):
         for entry in store.entries(prefix):

@@ -70,11 +70,9 @@ class Attempt:
             except UnsolvableError as err:
                 self.unsolvable += 1
                 if self.unsolvable >= 2:
+                    tasks = ", ".join(out.task_ids)
                     log.warning(
-                        "day %s region %s: unsolvable twice (tasks %s); giving the region up",
-                        out.day,
-                        out.region,
-                        ", ".join(out.task_ids),
+                        "day %s region %s: unsolvable twice (tasks %s); giving it up", out.day, out.region, tasks
                     )
                     out.status = "unsolvable"
                     return out
@@ -89,14 +87,9 @@ class Attempt:
 
 
 def log_retry(out: RegionOutcome, state: tenacity.RetryCallState, attempts: int) -> None:
+    error, n, wait = state.outcome.exception() if state.outcome else "?", state.attempt_number, state.upcoming_sleep
     log.warning(
-        "day %s region %s: %s (attempt %d of %d); retrying in %.1f s",
-        out.day,
-        out.region,
-        state.outcome.exception() if state.outcome else "?",
-        state.attempt_number,
-        attempts,
-        state.upcoming_sleep,
+        "day %s region %s: %s (attempt %d of %d); retrying in %.1f s", out.day, out.region, error, n, attempts, wait
     )
 
 
@@ -118,11 +111,7 @@ def export_region(
     on_poll: Callable[[str, int, float], object] | None = None,
 ) -> RegionOutcome:
     """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises. The
-    delivering attempt's records go to `sink` (an attempt that fails while they are read leaves
-    them partly there: the next one's sink call starts afresh).
-
-    A login refused is permanent like every other error that is no TransientError.
-    """
+    delivering attempt's records go to `sink`, whose every call starts afresh."""
     out = RegionOutcome(str(day), region)
 
     def fetch() -> Delivery:

@@ -1,22 +1,16 @@
-"""The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json` in the store.
+"""The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json`.
 
-A run id is `<hostname>-<pid>-<random>` (`state.new_run_id`) of the CLI process that stewards the
-run: unique whatever the hostnames and PID namespaces; the processes it starts (Luigi's forked
-tasks) learn it from `RUN_ENV`. The run writes its object, `{"t": wall time, "where": its boot and
-PID namespace, ...}`, at its start and every heartbeat, and deletes it at its end. A run is alive
-(`state.alive`, the one verdict) while its object is there and
-- where its heartbeat's `where` is this process's (`state.machine`: the same boot and PID
-  namespace, so its pids are ours): its pid is alive (exact, and at once when it dies);
-- anywhere else: its heartbeat is younger than the TTL, on the store's clock (`Runs.ages`: the
-  object's last-modified time against the store's time now), so no host's clock enters and hosts
-  whose clocks disagree by minutes agree on which runs go.
+A run (its CLI process; the tasks it forks learn its id from `RUN_ENV`) writes its heartbeat,
+`{"t", "where": its boot and PID namespace, ...}`, at its start and every `heartbeat_s`, and
+deletes it at its end. Its ages are read on the store's clock (the objects' last-modified times
+against the store's time now), so hosts whose clocks disagree agree on which runs go.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import time
+from functools import partial
 from typing import Any
 
 from . import store_keys
@@ -28,14 +22,12 @@ from .store import Store, write_json
 
 RUN_ENV = "PORTAL_EXPORT_RUN"
 PREFIX = store_keys.RUNS
-# The TTL is two plan periods (60 s at the default 30 s: luigid's own worker_disconnect_delay, after
-# which it frees a dead host's slots too), never under 10 s: a heartbeat stalled that long on a loaded
-# host would make its live run look dead, and its solves in flight stop counting against the cap.
+# Two plan periods (luigid's worker_disconnect_delay at the default), never under 10 s: a heartbeat
+# stalled that long on a loaded host would make a live run look dead.
 MIN_TTL_S = 10.0
 
 
 def heartbeat_s(plan_every_s: float) -> float:
-    """How often a run beats: every half plan period (15 s at the default), a request each."""
     return plan_every_s / 2
 
 
@@ -43,25 +35,20 @@ def ttl_s(plan_every_s: float) -> float:
     return max(MIN_TTL_S, 2 * plan_every_s)
 
 
-def _same(value: float) -> float:
-    return value
-
-
-_own: dict[int, str] = {}  # pid -> this process's own run id (a forked child makes its own)
+_own: dict[int, str] = {}  # pid -> its own run id
 
 
 def own_run() -> str:
-    """This process's own run id: the same for every Luigi run of one CLI command."""
+    """The same for every Luigi run of one CLI command; a forked child makes its own."""
     return _own.setdefault(os.getpid(), new_run_id())
 
 
 def current_run() -> str:
-    """The run this process belongs to: its CLI's (RUN_ENV), else its own."""
     return os.environ.get(RUN_ENV) or own_run()
 
 
 class Runs:
-    """The runs' heartbeats in `store`; their ages are read in one listing, kept `cache_s`."""
+    """The runs' heartbeats in `store`; their ages come from one listing, kept `cache_s`."""
 
     def __init__(self, store: Store, ttl: float = MIN_TTL_S, cache_s: float = 0.0) -> None:
         self.store = store
@@ -84,8 +71,6 @@ class Runs:
         return read_dict(self.store, self.key(run))
 
     def ages(self, fresh: bool = False) -> dict[str, float]:
-        """Seconds since each run's last heartbeat, on the store's clock (one listing); kept `cache_s`
-        unless `fresh`."""
         now = time.monotonic()
         ages, until = self._ages
         if fresh or now >= until:
@@ -95,16 +80,10 @@ class Runs:
         return ages
 
     def age(self, run: str) -> float | None:
-        """Seconds since the run's last heartbeat (read now); None when it has none."""
         return self.ages(fresh=True).get(run)
 
-    def seen_age(self, run: str, fresh: bool = False) -> float | None:
-        """`age(run)`, from a listing kept `cache_s` (a verdict on it is the same while it is kept)."""
-        return self.ages(fresh).get(run)
-
     def here(self, run: str, state: dict[str, Any] | None = None) -> bool:
-        """Whether `run` runs on this machine in this PID namespace, so its pids are ours: its
-        heartbeat's `where` (read once per run unless `state` is given) is this process's."""
+        """Its pids are ours: its heartbeat's `where` (read once per run) is this process's."""
         if run == current_run():
             return machine() is not None
         if run not in self._here:
@@ -116,21 +95,19 @@ class Runs:
         return self._here[run]
 
     def alive(self, run: str, fresh: bool = False, pid: int | None = None) -> bool:
-        """Whether `run` (or, given `pid`, that process of it) still goes; `fresh`: ages read now
-        (ownership is decided on this)."""
+        """`state.alive` for `run`; `fresh`: ages read now (ownership is decided on this)."""
         if run == current_run() and pid is None and machine() is not None:
-            # this process's own run has its heartbeat while its CLI lives (it deletes it on its way
-            # out, after its tasks): no listing on the way to each submit
+            # our own run beats while its CLI lives: no listing on the way to each submit
             where = split_run(run)
             return where is not None and pid_alive(where[1])
-        return alive(run, lambda: self.seen_age(run, fresh), self.ttl, pid=pid, here=lambda: self.here(run))
+        return alive(run, lambda: self.ages(fresh).get(run), self.ttl, pid=pid, here=lambda: self.here(run))
 
     def prune_dead(self, key: str | None = None) -> list[str]:
-        """Deletes the heartbeats of dead runs; returns the runs alive now (of scheduler `key`, if given)."""
+        """Deletes dead runs' heartbeats; returns the live runs (of scheduler `key`, if given)."""
         found = []
         for run, age in self.ages(fresh=True).items():
             state = self.state(run)  # one read for the verdict and the key
-            if not alive(run, functools.partial(_same, age), self.ttl, here=functools.partial(self.here, run, state)):
+            if not alive(run, partial(float, age), self.ttl, here=partial(self.here, run, state)):
                 self.store.delete(self.key(run))
                 continue
             if key is None or (state or {}).get("key") == key:

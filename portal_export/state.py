@@ -1,21 +1,8 @@
 """What the state objects in the store share: reading one, its time stamp, whether a run is alive,
-a chain of numbered generations, and a serial for names.
+a chain of numbered generations, and a serial for names (keys in `store_keys.py`).
 
-The modules that keep state (`runs.py`, `inflight.py`, `gate.py`, `caplog.py`, `lease.py`,
-`alert_claim.py`, `breaker.py`, `failures.py`) build on these; their keys are spelled in `store_keys.py`.
-
-- `read_dict`: an object is a JSON dict, or nothing. Any host may find an object half-written by a
-  foreign tool, or of another shape; each caller says what a garbled one means to it.
-- The time stamp of every object is its `t` (wall-clock seconds of the host that wrote it: for
-  people and for durations a run measures on its own clock; hosts' clocks may disagree, so no
-  verdict on another host's object compares its `t` with this host's clock, see `Runs.ages`).
-- `new_run_id`, `split_run`: a run's identity, `<hostname>-<pid>-<random>`, which no other run has
-  whatever the hostnames and PID namespaces; `machine`: the boot and PID namespace this process
-  runs in, which tell whether another run's pid means anything here.
-- `alive`: the one verdict on a run, or on one process of it.
-- `Chain`: numbered generations under one folder, each created once through the store's
-  conditional `create` (the cap's lease, an alert's claims).
-- `serial`: a number no other call of this process gets, for names that must not collide.
+Hosts' clocks may disagree: an object's `t` is its writer's clock, for people and for durations a
+run measures itself; no verdict on another host's object compares it with this host's clock.
 """
 
 from __future__ import annotations
@@ -34,8 +21,6 @@ from typing import Any
 from . import store_keys
 from .store import Store, read_json
 
-# ------------------------------------------------------------------------------------ objects
-
 
 def read_dict(
     store: Store,
@@ -44,13 +29,9 @@ def read_dict(
     unreadable: Mapping[str, Any] | None = None,
     tolerate: tuple[type[Exception], ...] = (ValueError,),
 ) -> dict[str, Any] | None:
-    """The JSON dict at `key`; None when there is no object.
-
-    An object that is no JSON dict (garbled: ValueError; or a list, a number, ...) gives a copy of
-    `unreadable`, None by default. So do the errors in `tolerate` raised by the read itself (pass
-    OSError too for a store that may fail so, `()` to let even a garbled object raise its
-    ValueError); any other error propagates.
-    """
+    """The JSON dict at `key`; None when there is no object. One that is no JSON dict, or whose read
+    raised one of `tolerate`, gives a copy of `unreadable` (None by default): a foreign tool may have
+    written it, and each caller says what that means to it."""
     try:
         obj = read_json(store, key)
     except tolerate:
@@ -60,26 +41,17 @@ def read_dict(
     return None if unreadable is None else dict(unreadable)
 
 
-# -------------------------------------------------------------------------------------- stamps
-
 STAMP = "t"
 
 
 def stamped(fields: Mapping[str, Any], now: float | None = None) -> dict[str, Any]:
-    """`fields` with their time stamp, `now` (the wall clock when None)."""
     return {**fields, STAMP: time.time() if now is None else now}
 
 
 def stamp_of(record: Mapping[str, Any]) -> float | None:
-    """When `record` was written: its `t`; None when it has none.
-
-    ValueError or TypeError when the stamp is no number.
-    """
+    """Its `t`; None when it has none. ValueError or TypeError when the stamp is no number."""
     value = record.get(STAMP)
     return None if value is None else float(value)
-
-
-# ------------------------------------------------------------------------------------ liveness
 
 
 def this_host() -> str:
@@ -90,22 +62,21 @@ RUN_ID = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})")
 
 
 def new_run_id() -> str:
-    """A run's identity: hostname and pid for people, and a random part, as Luigi's worker ids have,
-    because neither is unique (hosts cloned from one image share a hostname; every container's CLI
-    may be pid 3)."""
+    """Hostname and pid for people, and a random part: hosts cloned from one image share a hostname,
+    and every container's CLI may be pid 3."""
     return f"{this_host()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def split_run(run: str) -> tuple[str, int] | None:
-    """(hostname, pid) of a run id; None when it is not one (it then counts as no live run)."""
+    """(hostname, pid) of a run id; None when it is not one (then no live run)."""
     found = RUN_ID.fullmatch(run)
     return (found["host"], int(found["pid"])) if found else None
 
 
 @functools.cache
 def machine() -> str | None:
-    """This process's boot and PID namespace: a run whose heartbeat says the same runs where its
-    pids are this process's pids. None where /proc does not tell (then no pid is trusted)."""
+    """This process's boot and PID namespace: a run whose heartbeat says the same has our pids. None
+    where /proc does not tell (then no pid is trusted)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -131,18 +102,12 @@ def alive(
     pid: int | None = None,
     here: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """Whether `run` still goes or, given `pid`, that process of it (a task that marked a solve).
+    """The one verdict on whether `run` (or, given `pid`, that process of it) still goes.
 
-    `age` is the seconds since the run's last heartbeat on the store's clock (`Runs.ages`), None
-    when it has none; `here` whether the run is on this machine, in this PID namespace (its
-    heartbeat says so, `machine`). Each is asked only when the verdict needs it (they may be store
-    requests), at most once.
-    - Here: the pid is alive (exact, and at once when it dies), and the run, not one process of it,
-      still has a heartbeat (a run that ended deleted its own).
-    - Elsewhere (another host, another container on this one, or not known): the heartbeat is
-      younger than `ttl` (a dead host stops beating; after the TTL every host sees it dead).
-    - A name that is no run id is no live run.
-    """
+    `age`: seconds since its heartbeat on the store's clock (None: none); `here`: it runs in this
+    boot and PID namespace. Each is asked at most once, only when needed (they may be requests).
+    Here, the pid tells (exact, at once), and a whole run also needs its heartbeat (an ended run
+    deleted it); elsewhere, a heartbeat younger than `ttl` (a dead host stops beating)."""
     where = split_run(run)
     if where is None:
         return False
@@ -159,17 +124,10 @@ def store_now(store: Store) -> float:
     return store.written(store_keys.RUNS)[1]
 
 
-# ----------------------------------------------------------------------------- generation chain
-
-
 class Chain:
-    """Numbered generations under the folder `prefix` (`store_keys.generation`): n + 1 follows n.
-
-    Each generation is created once, with the store's conditional `create`: of two writers of one
-    number, on any hosts, exactly one wins, and the other learns it and can read the winner's. The
-    newest generation is the one in force; what a generation means is its user's (a lease: who owns
-    the cap; an alert: who sent it). `first` is the number of the chain's first generation.
-    """
+    """Numbered generations under the folder `prefix`, each created once through the store's
+    conditional `create`: of two writers of one number, on any hosts, one wins. The newest is in
+    force (a lease: who owns the cap; an alert: who sent it)."""
 
     def __init__(self, store: Store, prefix: str, first: int = 0) -> None:
         self.store = store
@@ -180,19 +138,16 @@ class Chain:
         return store_keys.generation(self.prefix, n)
 
     def newest(self) -> int | None:
-        """The newest generation's number (one LIST); None when there is none yet.
-
-        ValueError when a `.json` object of the folder is no generation (nothing of ours writes one).
-        """
+        """The newest generation's number (one LIST); None when there is none yet. ValueError when a
+        `.json` object of the folder is no generation."""
         found = [store_keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
         return max((n for n in found if n is not None), default=None)
 
     def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
-        """Generation `n` (`read_dict`): None when absent, or garbled unless `tolerate` is ()."""
         return read_dict(self.store, self.key(n), tolerate=tolerate)
 
     def create(self, n: int, record: Mapping[str, Any]) -> bool:
-        """Create generation `n` holding `record`; False when it exists (another writer won it)."""
+        """False when it exists (another writer won it)."""
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:
@@ -202,12 +157,10 @@ class Chain:
             self.store.delete(self.key(n))
 
 
-# --------------------------------------------------------------------------------------- serial
-
 _serial = itertools.count()
 
 
 def serial() -> int:
-    """A number no other call of this process gets (a forked child continues its parent's count:
-    names that must differ between processes carry the pid too)."""
+    """A number no other call of this process gets (a forked child goes on with its parent's count:
+    names carry the pid too)."""
     return next(_serial)

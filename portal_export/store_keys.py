@@ -1,23 +1,17 @@
-"""Every key of the data dir: the one place that spells them.
-
-A key is a relative POSIX path in the store (`store.py`), the same on a local disk and in an object
-store. Existing data dirs, other hosts and outside readers rely on these exact strings: they may
-move here, never change. `tasks/targets.py` builds the store and the Luigi targets from them; the
-state modules of the core (runs, marks, the cap, the lease, the alert claims) ask here for theirs.
+"""Every key of the data dir, spelled once. Data dirs, other hosts and outside readers rely on these
+exact strings: they may move here, never change.
 
     portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
     portal_records_YYYY-MM-DD.health.json         its health                } validated day
     regions/YYYY-MM-DD/<region>.jsonl             a region's solve facts, then its records
     regions/YYYY-MM-DD/<region>.jsonl.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
-    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation (no day
-                                                  files: they mean "complete")
+    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
     regions/YYYY-MM-DD/failures/region-<r>.json   the error code of a region's last failure,
     regions/YYYY-MM-DD/failures/day.json          and of the day's other than validation (`failures.py`)
     report/                                       the solve-health report (`report.py`)
     _state/                                       what runs share, on every host:
         breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
-        runs/<run>.json                               a run's heartbeat (`runs.py`); <run> is
-                                                      <hostname>-<pid>-<random> (`state.new_run_id`)
+        runs/<run>.json                               a run's heartbeat (`runs.py`)
         inflight/<run>-<pid>-<n>                      a solve in flight (`inflight.py`)
         waiting/<run>-<pid>-<n>                       a region that waits (`gate.py`)
         cap.json                                      the cap in force (`gate.py`)
@@ -26,8 +20,7 @@ state modules of the core (runs, marks, the cap, the lease, the alert claims) as
         cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
         governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
         alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_claim.py`)
-        redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`):
-                                                      the counters' memory, kept for good
+        redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`)
 """
 
 from __future__ import annotations
@@ -35,8 +28,6 @@ from __future__ import annotations
 import datetime
 import os
 import re
-
-# ------------------------------------------------------------------------------------ outputs
 
 DAY_PREFIX = "portal_records_"
 RECORDS_SUFFIX = ".jsonl"
@@ -55,7 +46,7 @@ def day_health(date: datetime.date) -> str:
 
 
 def _date(text: str) -> datetime.date | None:
-    """The date a key spells as YYYY-MM-DD (no other ISO form); None when it spells none."""
+    """The date spelled YYYY-MM-DD (no other ISO form); None when it spells none."""
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
         return None
     try:
@@ -65,7 +56,7 @@ def _date(text: str) -> datetime.date | None:
 
 
 def day_of(key: str) -> tuple[datetime.date, str] | None:
-    """(date, suffix) of a day object's key (`day_records`, `day_health`); None when it is not one."""
+    """(date, suffix) of a day object's key; None when it is not one."""
     if not key.startswith(DAY_PREFIX):
         return None
     stem = key[len(DAY_PREFIX) :]
@@ -74,7 +65,7 @@ def day_of(key: str) -> tuple[datetime.date, str] | None:
 
 
 def failed_health_day(key: str) -> datetime.date | None:
-    """The day of a `failed_health` key; None when the key is no such object or spells no valid day."""
+    """The day of a `failed_health` key; None when it is none."""
     parts = key.split("/")
     if len(parts) != 3 or f"{parts[0]}/" != REGIONS or parts[2] != FAILED_HEALTH:
         return None
@@ -82,7 +73,7 @@ def failed_health_day(key: str) -> datetime.date | None:
 
 
 def day_objects_prefix(dates: list[datetime.date]) -> str:
-    """What the day objects' names of `dates` share (`portal_records_2026-06-`): one listing covers them all."""
+    """What the day objects' names of `dates` share: one listing covers them all."""
     return os.path.commonprefix([f"{DAY_PREFIX}{d:%Y-%m-%d}." for d in dates])
 
 
@@ -107,15 +98,13 @@ def failures_prefix(date: datetime.date) -> str:
 
 
 def region_failure(date: datetime.date, name: str) -> str:
-    # a folder of its own: listings of the region targets miss the failure records
+    # a folder of its own: listings of the region targets miss it
     return f"{failures_prefix(date)}region-{name}.json"
 
 
 def day_failure(date: datetime.date) -> str:
     return f"{failures_prefix(date)}day.json"
 
-
-# ------------------------------------------------------------------------------------- _state/
 
 STATE = "_state/"
 BREAKERS = f"{STATE}breaker-"  # a name's start, not a folder
@@ -138,12 +127,11 @@ def run(run_id: str) -> str:
 
 
 def run_of(key: str) -> str:
-    """The run id of a heartbeat's key (`run`'s inverse)."""
     return key[len(RUNS) :].removesuffix(".json")
 
 
 def marks(kind: str) -> str:
-    """The folder of one kind of mark: `inflight` (solves in flight) or `waiting` (regions that wait)."""
+    """The folder of one kind of mark: `inflight` or `waiting`."""
     return f"{STATE}{kind}/"
 
 
@@ -156,24 +144,22 @@ def mark(kind: str, run_id: str, pid: int, n: int) -> str:
 
 
 def mark_of(name: str) -> tuple[str, str]:
-    """(run id, pid as written) of a mark's name (its key below `marks(kind)`), `mark`'s inverse."""
+    """(run id, pid as written) of a mark's name below `marks(kind)`."""
     run, _, pid = name.rpartition("-")[0].rpartition("-")
     return run, pid
 
 
 def cap_change(t: float, cap: int, configured: int, run_id: str, n: int) -> str:
-    """One change of the cap: the name carries what counting needs (`caplog.py`)."""
     return f"{CAP_LOG}{t:017.6f}-{cap}-{configured}-{run_id}-{n}.json"
 
 
 def cap_changes_from(t: float) -> str:
-    """Where the changes from `t` on begin: a listing that starts after it skips every older one
-    (the names start with the time, zero-padded, so they sort by it)."""
+    """A listing that starts after this skips every change before `t` (names sort by time)."""
     return f"{CAP_LOG}{t:017.6f}"
 
 
 def cap_change_of(key: str) -> tuple[float, int, int, str] | None:
-    """(t, cap, configured, run id) of a change's key, `cap_change`'s inverse; None when it is not one."""
+    """(t, cap, configured, run id) of a change's key; None when it is not one."""
     parts = key[len(CAP_LOG) :].removesuffix(".json").split("-", 3)
     try:
         return float(parts[0]), int(parts[1]), int(parts[2]), parts[3].rpartition("-")[0]
@@ -182,17 +168,14 @@ def cap_change_of(key: str) -> tuple[float, int, int, str] | None:
 
 
 def governor_lease(scheduler_key: str) -> str:
-    """The folder of the cap's lease of one scheduler: a generation chain (`state.Chain`)."""
     return f"{GOVERNOR}{scheduler_key}/"
 
 
 def redone(date: datetime.date, stamp: str) -> str:
-    """What one redo of the day set aside (`redo.py`); the stamp starts with the time, so a day's sort by it."""
     return f"{REDONE}{date:%Y-%m-%d}/{stamp}.json"
 
 
 def redone_of(key: str) -> datetime.date | None:
-    """The day of a redo's record (`redone`'s inverse); None when it is not one."""
     if not key.startswith(REDONE) or not key.endswith(".json"):
         return None
     try:
@@ -202,18 +185,16 @@ def redone_of(key: str) -> datetime.date | None:
 
 
 def alert_claims(fingerprint: str) -> str:
-    """The folder of one alert's claims: a generation chain (`state.Chain`)."""
     return f"{ALERTS}{fingerprint}/"
 
 
 def generation(chain: str, n: int) -> str:
-    """Generation `n` of the chain in folder `chain`: zero-padded, so the store lists them in order."""
+    """Zero-padded: the store lists them in order."""
     return f"{chain}{n:08d}.json"
 
 
 def generation_of(chain: str, key: str) -> int | None:
-    """The number of generation `key` of the chain in folder `chain` (`generation`'s inverse); None
-    for an object that is no `.json`. ValueError when its name is no number."""
+    """The number of generation `key`; None for no `.json`, ValueError for a name that is no number."""
     if not key.endswith(".json"):
         return None
     return int(key[len(chain) :].removesuffix(".json"))

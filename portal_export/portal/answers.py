@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import io
 from collections.abc import Iterator
+from email.message import Message
 from typing import Any
 
 import requests
@@ -28,21 +29,9 @@ HANDLING = (
 def is_csv(content_type: str, disposition: str) -> bool:
     if content_type.split(";")[0].strip().lower() in ("text/csv", "application/csv"):
         return True
-    name = _filename(disposition)
-    return name is not None and name.lower().endswith(".csv")
-
-
-def _filename(disposition: str) -> str | None:
-    """The file name of a Content-Disposition header (filename*=UTF-8''... or filename=...)."""
-    found: str | None = None
-    for part in disposition.split(";"):
-        key, _, value = part.strip().partition("=")
-        key, value = key.strip().lower(), value.strip().strip('"')
-        if key == "filename*":
-            return value.split("'", 2)[-1]
-        if key == "filename":
-            found = value
-    return found
+    header = Message()  # the standard library's parser of Content-Disposition, filename*= included
+    header["Content-Disposition"] = disposition
+    return (header.get_filename() or "").lower().endswith(".csv")
 
 
 class ResponseStream(io.RawIOBase):
