@@ -87,9 +87,7 @@ class PortalExportCollector(Collector):
                 up = 1
             yield gauge("store_up", "1 when the last scrape read the data dir, 0 when its store failed.", up)
             yield gauge(
-                "scrape_duration_seconds",
-                "What reading the data dir took for this scrape.",
-                time.monotonic() - started,
+                "scrape_duration_seconds", "What reading the data dir took for this scrape.", time.monotonic() - started
             )
         for m in found:
             family = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(
