@@ -26,16 +26,17 @@ def is_remote(data_dir: str) -> bool:
 
 def store() -> Store:
     """The data dir's store; Luigi's task processes inherit it (an S3 store reconnects after the fork)."""
-    return _store_at(config.data_dir_text())
+    return store_at(config.data_dir_text())
 
 
 @functools.cache  # one per data dir and process: an S3 client costs tens of milliseconds to build
-def _store_at(where: str) -> Store:
+def store_at(where: str, retry_s: float | None = None) -> Store:
+    """The store of `where`; an object store's outages waited out `retry_s` ([portal] store_retry_s)."""
     if not is_remote(where):
         return LocalStore(where)
     from .s3store import S3Store  # boto3: a third of a second of every local run's start otherwise
 
-    return S3Store(where, retry_s=config.portal().store_retry_s)
+    return S3Store(where, retry_s=config.portal().store_retry_s if retry_s is None else retry_s)
 
 
 def check_store() -> None:
