@@ -1,13 +1,6 @@
-"""One Luigi run through Luigi's public API, and its exit code from the [retcode] section.
-
-`luigi.build(..., detailed_summary=True)` runs the tasks and returns a `LuigiRunResult`; its
-`status` is mapped here onto `[retcode]`, as Luigi's own `luigi.retcodes.run_with_retcodes` does for
-the `luigi` command (which takes no `worker_scheduler_factory`, the hook the cap needs). Only
-documented names are used: `build` and its `worker_scheduler_factory`, the factory's three methods,
-`LuigiStatusCode`, the `retcode`, `Scheduler`, `RemoteScheduler` and `Worker` classes. Unlike the
-`luigi` command, `build` takes no lock unless told: the run keeps Luigi's same-command lock, in a
-directory of the caller's choosing.
-"""
+"""One Luigi run through `luigi.build(..., detailed_summary=True)`, its status mapped onto `[retcode]`
+as `luigi.retcodes.run_with_retcodes` does for the `luigi` command (which takes no
+`worker_scheduler_factory`, the hook the cap needs). The run keeps Luigi's same-command lock."""
 
 import logging
 from collections.abc import Callable, Collection, Sequence
@@ -43,13 +36,9 @@ class Worker(luigi.worker.Worker):
 
 
 class WorkerSchedulerFactory:
-    """What `luigi.build` calls to make the scheduler and the worker (Luigi's own factory, plus two knobs).
-
-    `on_local(scheduler)` receives the local scheduler Luigi creates inside the run (the cap is
-    set on it); `on_worker(worker, processes)` gets the run's worker (its process count follows the
-    slots). `settings` are `[worker]` settings of this run's worker, such as `keep_alive` (worker
-    settings are no arguments of `build`); a setting not given is left to the config.
-    """
+    """Luigi's own factory, plus hooks: `on_local(scheduler)` gets the local scheduler (the cap is set on
+    it), `on_worker(worker, processes)` the worker (its process count follows the slots); `settings`
+    are this worker's `[worker]` settings (no arguments of `build`)."""
 
     def __init__(
         self,
@@ -77,10 +66,7 @@ class WorkerSchedulerFactory:
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
         with helpers_die_with_worker():  # its completion cache's server, when it has one
             worker = Worker(  # type: ignore[no-untyped-call]
-                scheduler=scheduler,
-                worker_processes=worker_processes,
-                assistant=assistant,
-                **self.settings,
+                scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
             )
         self.own_workers.add(str(worker._id))
         if self.on_worker is not None:
@@ -125,12 +111,7 @@ def run(
     lock: bool = True,
 ) -> int:
     """Run `tasks` (the local scheduler when `scheduler_url` is None); the [retcode] of the run.
-
-    The same-command lock is Luigi's (`lock_pid_dir`, keyed on this process's command line): a
-    second process with the same command line and lock dir exits `already_running` at once.
-    `lock=False` for a second run in the same process, which holds the lock already (Luigi's pid
-    file lists it, and would refuse it as "already running").
-    """
+    `lock=False` for a second run in the same process, which holds Luigi's same-command lock already."""
     codes = luigi.retcodes.retcode()
     where: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
     if workers:

@@ -137,12 +137,13 @@ def reach(bind: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
-    """luigid in the background on `bind` and the port of `url` (LUIGI_SCHEDULER_URL, which may
-    name a proxy: luigid's own address is the bind's). Beyond loopback it warns, once."""
+def _can_start(
+    url: str, say: Callable[[str], None], bind: str, pid: int | None = None
+) -> tuple[str, int, list[str]] | int:
+    """(the URL to reach it at, its port, the addresses it will listen on) for a luigid on `bind` and the
+    port of `url` (LUIGI_SCHEDULER_URL, which may name a proxy); its private dirs made. Else an exit code."""
     port = urlsplit(url).port or 8082
     local = reach(bind, port)
-    pid = running_pid()
     if pid or answers(local):
         say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
         return 1
@@ -151,6 +152,20 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
     except OSError as err:
         say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
         return 2
+    # luigid daemonizes with umask 0: its pickle (loaded at its next start), history and logs
+    # would be world-writable. Directories only the operator can enter keep them private.
+    for private in (VAR / "luigid", VAR / "log"):
+        private.mkdir(parents=True, exist_ok=True)
+        private.chmod(0o700)
+    return local, port, addresses
+
+
+def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
+    """luigid in the background on `bind`. Beyond loopback it warns, once."""
+    ready = _can_start(url, say, bind, running_pid())
+    if isinstance(ready, int):
+        return ready
+    local, port, addresses = ready
     if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
         say(
             f"warning: luigid listens on {', '.join(addresses)} port {port} with no authentication: whoever "
@@ -159,30 +174,8 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
         )
     PIDFILE.unlink(missing_ok=True)  # stale (else running_pid saw it): luigid would exit quietly on a live pid
     cfg = luigid_config(VAR / "luigid.cfg")
-    # luigid daemonizes with umask 0: its pickle (loaded at its next start), history and logs
-    # would be world-writable. Directories only the operator can enter keep them private.
-    for private in (VAR / "luigid", VAR / "log"):
-        private.mkdir(parents=True, exist_ok=True)
-        private.chmod(0o700)
-    subprocess.run(
-        [
-            str(LUIGID),
-            "--background",
-            "--pidfile",
-            str(PIDFILE),
-            "--logdir",
-            str(VAR / "log"),
-            "--state-path",
-            str(VAR / "luigid" / "state.pickle"),
-            "--address",
-            bind,
-            "--port",
-            str(port),
-        ],
-        cwd=VAR,
-        env=environment(cfg),
-        check=True,
-    )
+    daemon = ["--background", "--pidfile", str(PIDFILE), "--logdir", str(VAR / "log")]
+    subprocess.run([str(LUIGID), *daemon, *_where(bind, port)], cwd=VAR, env=environment(cfg), check=True)
     for _ in range(100):
         if answers(local):
             if PIDFILE.exists():
@@ -247,27 +240,21 @@ def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> in
     """luigid in the foreground, in place of this process (a service manager's main process gets
     its signals): the config, state, task history and log directory of `start`; its log in
     var/log/luigid.log, reopened after logrotate moves it. Returns only when it cannot start."""
-    port = urlsplit(url).port or 8082
-    local = reach(bind, port)
-    if answers(local):
-        say(f"error: a central scheduler is already running at {local}")
-        return 1
-    try:
-        listen_addresses(bind, port)
-    except OSError as err:
-        say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
-        return 2
+    ready = _can_start(url, say, bind)
+    if isinstance(ready, int):
+        return ready
+    local, port, _ = ready
     logging_conf = VAR / "luigid-logging.conf"
-    for private in (VAR / "luigid", VAR / "log"):
-        private.mkdir(parents=True, exist_ok=True)
-        private.chmod(0o700)
     logging_conf.write_text(FOREGROUND_LOGGING.format(path=str(VAR / "log" / "luigid.log")))
     cfg = luigid_config(VAR / "luigid.cfg", extra={"core": {"logging_conf_file": str(logging_conf)}})
     PIDFILE.write_text(str(os.getpid()))  # luigid's once exec'd: `make scheduler-stop` stops it too
     say(f"scheduler: luigid at {local} in the foreground (pid {os.getpid()}); log {VAR / 'log' / 'luigid.log'}")
     os.chdir(VAR)
-    argv = [str(LUIGID), "--state-path", str(VAR / "luigid" / "state.pickle"), "--address", bind, "--port", str(port)]
-    os.execve(LUIGID, argv, environment(cfg))
+    os.execve(LUIGID, [str(LUIGID), *_where(bind, port)], environment(cfg))
+
+
+def _where(bind: str, port: int) -> list[str]:
+    return ["--state-path", str(VAR / "luigid" / "state.pickle"), "--address", bind, "--port", str(port)]
 
 
 def stop(say: Callable[[str], None]) -> int:

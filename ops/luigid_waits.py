@@ -23,14 +23,9 @@ def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
     return {task.task_id: task for task in found}
 
 
-def task_ids(days: Sequence[datetime.date]) -> set[str]:
-    """Luigi task ids of these days' DayExport and RegionExport tasks."""
-    return set(portal_tasks(days))
-
-
 def reenable(url: str, days: Sequence[datetime.date]) -> None:
     """Let the operator's new run retry tasks luigid disabled after their one failure."""
-    wanted = task_ids(days)
+    wanted = set(portal_tasks(days))
     sched = luigid.remote(url)
     for task_id in sched.task_list("DISABLED", ""):
         if task_id in wanted:
@@ -41,18 +36,12 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
 def wait_for_other_runs(
     url: str, days: Sequence[datetime.date], own_workers: Collection[str], pending: bool = True
 ) -> bool:
-    """Wait while another run, sharing luigid, has work on these days that are not complete yet.
-
-    A worker exits once none of its tasks is pending, also while some are still running in another
-    run's worker: this run waits for that run's tasks (running, or pending with that run as a
-    stakeholder) to end, so that its final check sees what the other run delivered. True when
-    another run had such work. `pending=False`: running tasks only (they end soon, and write
-    their failure records first), for a run that failed: a worker that exited stays a
-    stakeholder of its pending tasks until luigid prunes it. `own_workers`: this run's workers,
-    done by now, by their whole id (its salt tells them from another host's with the same
-    hostname and pid: containers, cloned machines).
-    """
-    wanted = task_ids(days)
+    """Wait while another run on luigid has work (running, or pending with it a stakeholder) on these
+    incomplete days: a worker exits while others run its days' tasks, and the final check must see what
+    they delivered. True when another run had such work. `pending=False` (a run that failed): running
+    tasks only, since an exited worker stays a stakeholder of its pending tasks until luigid prunes it.
+    `own_workers` by whole id: the salt tells them from another host's with the same hostname and pid."""
+    wanted = set(portal_tasks(days))
     sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
     told = False

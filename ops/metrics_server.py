@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from portal_export.errors import ExportError
 from portal_export.metrics import PREFIX, Metrics, Settings
 from portal_export.runs import ttl_s
-from portal_export.store import LocalStore, Store
+from portal_export.store import Store
 from tasks import config, targets
 
 from . import retention_run
@@ -57,12 +57,7 @@ KEY_UNKNOWN = (
 
 def data_store() -> Store:
     """The data dir's store for scrapes: as a run's (`targets.store`), with a short outage bound."""
-    where = config.data_dir_text()
-    if not targets.is_remote(where):
-        return LocalStore(where)
-    from tasks.s3store import S3Store
-
-    return S3Store(where, retry_s=STORE_RETRY_S)
+    return targets.store_at(config.data_dir_text(), STORE_RETRY_S)
 
 
 class PortalExportCollector(Collector):
@@ -87,9 +82,7 @@ class PortalExportCollector(Collector):
                 up = 1
             yield gauge("store_up", "1 when the last scrape read the data dir, 0 when its store failed.", up)
             yield gauge(
-                "scrape_duration_seconds",
-                "What reading the data dir took for this scrape.",
-                time.monotonic() - started,
+                "scrape_duration_seconds", "What reading the data dir took for this scrape.", time.monotonic() - started
             )
         for m in found:
             family = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(

@@ -66,12 +66,7 @@ def cmd_probe(args: argparse.Namespace, parse_day: Callable[[str, str], datetime
     )
     with requests.Session() as session:
         ready = prepare(
-            session,
-            base_url,
-            day.isoformat(),
-            region,
-            http_timeout_s=config.captchaai().http_timeout_s,
-            login=login,
+            session, base_url, day.isoformat(), region, http_timeout_s=config.captchaai().http_timeout_s, login=login
         )
     print("\n".join(describe(ready)), flush=True)
     if ready.widget is None:

@@ -16,6 +16,7 @@ import luigi.interface
 import luigi.retcodes
 import requests
 
+from portal_export import store_keys
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 from tasks import config, targets
@@ -251,6 +252,6 @@ def export_day(
         if DayExport(day).complete():
             store = targets.store()
             say(
-                f"export: {store.location(targets.day_records_key(day))} and {store.location(targets.day_health_key(day))}"
+                f"export: {store.location(store_keys.day_records(day))} and {store.location(store_keys.day_health(day))}"
             )
         return run.finish(code)  # non-zero when the day is missing

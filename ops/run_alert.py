@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from portal_export import alert_claim, alert_text, forksafe, store
+from portal_export import alert_claim, alert_text, forksafe, store, store_keys
 from portal_export.breaker import KeyBreaker
 from portal_export.failures import read_failure
 from portal_export.runs import current_run
@@ -76,22 +76,22 @@ def failure_code(key: str, since: float, written: dict[str, float]) -> str:
 
 def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> alert_text.MissingDay:
     """What is missing of `day`, its failure records older than `since` (the store's clock) marked so."""
-    health = read_json(targets.failed_health_key(day))
+    health = read_json(store_keys.failed_health(day))
     if health is not None and "unsolvable_ratio" in health:
         return alert_text.MissingDay(
             day,
             unsolvable_ratio=float(health["unsolvable_ratio"]),
             unsolvable_regions=health.get("unsolvable_regions", ()),
         )
-    written = targets.store().written(targets.failures_prefix(day))[0]
+    written = targets.store().written(store_keys.failures_prefix(day))[0]
     failed = {
-        region: failure_code(targets.region_failure_key(day, region), since, written)
+        region: failure_code(store_keys.region_failure(day, region), since, written)
         for region in regions
-        if not targets.store().exists(targets.region_key(day, region))
+        if not targets.store().exists(store_keys.region(day, region))
     }
     day_code = None
-    if not failed and read_failure(targets.store(), targets.day_failure_key(day)) is not None:
-        day_code = failure_code(targets.day_failure_key(day), since, written)
+    if not failed and read_failure(targets.store(), store_keys.day_failure(day)) is not None:
+        day_code = failure_code(store_keys.day_failure(day), since, written)
     return alert_text.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
@@ -99,9 +99,9 @@ def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict
     """Host -> failure code -> tasks, from the failure records of the missing days (each names its host)."""
     seen: dict[str, dict[str, int]] = {}
     for m in missing:
-        keys = [targets.region_failure_key(m.day, region) for region in m.failed_regions]
+        keys = [store_keys.region_failure(m.day, region) for region in m.failed_regions]
         if m.day_code:
-            keys.append(targets.day_failure_key(m.day))
+            keys.append(store_keys.day_failure(m.day))
         for key in keys:
             record = read_failure(targets.store(), key)
             if record is not None and record.get("host"):
@@ -111,15 +111,10 @@ def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict
     return seen
 
 
-def open_breakers() -> list[str]:
-    """The codes of every breaker: the key's, and any other kind sharing the pattern."""
-    return KeyBreaker.codes(targets.store())
-
-
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
     slow = {}
     with ThreadPoolExecutor(8) as pool:  # from an object store: a few round trips, not one per day
-        healths = list(pool.map(lambda day: read_json(targets.day_health_key(day)) or {}, days))
+        healths = list(pool.map(lambda day: read_json(store_keys.day_health(day)) or {}, days))
     for day, health in zip(days, healths, strict=True):
         p95 = health.get("p95_solve_seconds")
         if isinstance(p95, (int, float)) and p95 > limit:
@@ -200,7 +195,7 @@ class RunAlert:
             rerun=self.rerun,
             exit_code=code,
             max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
-            breaker_codes=open_breakers() if missing else (),
+            breaker_codes=KeyBreaker.codes(targets.store()) if missing else (),
             busy_plan=self.busy_plan,
             slow_days=slow_days([d for d in self.todo if d in complete], limit),
             p95_warn_s=limit,

@@ -8,6 +8,7 @@ from typing import Any
 
 import luigi
 
+from portal_export import store_keys
 from portal_export.caplog import CapLog, seconds_below
 from portal_export.health import DayHealth, day_health, validate
 from portal_export.region_file import copy_records, read_facts
@@ -29,8 +30,8 @@ class DayExport(PortalTask):
     def output(self) -> dict[str, luigi.target.FileSystemTarget]:
         # A day is complete when these two exist: they are written only for validated days.
         return {
-            "records": targets.target(targets.day_records_key(self.date)),
-            "health": targets.target(targets.day_health_key(self.date)),
+            "records": targets.target(store_keys.day_records(self.date)),
+            "health": targets.target(store_keys.day_health(self.date)),
         }
 
     @classmethod
@@ -40,12 +41,12 @@ class DayExport(PortalTask):
         return targets.complete_days(list(parameter_tuples))
 
     def failure_key(self) -> str:
-        return targets.day_failure_key(self.date)
+        return store_keys.day_failure(self.date)
 
     def clear_failures(self) -> None:
         """The day's record, and those its regions left from earlier runs (see RegionExport)."""
         store = targets.store()
-        for key in store.list(targets.failures_prefix(self.date)):
+        for key in store.list(store_keys.failures_prefix(self.date)):
             store.delete(key)
 
     def work(self) -> None:
@@ -62,13 +63,13 @@ class DayExport(PortalTask):
             try:
                 validate(health, config.portal().max_unsolvable_ratio)
             except Exception:
-                with targets.target(targets.failed_health_key(self.date)).open("w") as failed:
+                with targets.target(store_keys.failed_health(self.date)).open("w") as failed:
                     failed.write(json.dumps(health, indent=2).encode())
                 raise
         # The day is complete once both exist: a run killed between the two writes both again.
         with self.output()["health"].open("w") as out:
             out.write(json.dumps(health, indent=2).encode())
-        targets.store().delete(targets.failed_health_key(self.date))
+        targets.store().delete(store_keys.failed_health(self.date))
         self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
         self.progress(100)
 

@@ -5,6 +5,7 @@ import time
 
 import luigi
 
+from portal_export import store_keys
 from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
@@ -60,10 +61,10 @@ class RegionExport(PortalTask):
     resources = {config.RESOURCE: 1}
 
     def output(self) -> luigi.target.FileSystemTarget:
-        return targets.target(targets.region_key(self.date, self.region))
+        return targets.target(store_keys.region(self.date, self.region))
 
     def failure_key(self) -> str:
-        return targets.region_failure_key(self.date, self.region)
+        return store_keys.region_failure(self.date, self.region)
 
     def clear_failures(self) -> None:
         """Left to the day: a region's record is read only while the region has no output, so the

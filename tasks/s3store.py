@@ -1,18 +1,10 @@
-"""The data dir in an S3-compatible object store, through Luigi's own `luigi.contrib.s3`.
+"""The data dir in an S3-compatible object store, on the boto3 client of Luigi's `luigi.contrib.s3.S3Client`
+(so reached as Luigi's `S3Target`s are: `[s3]`, else boto3's own credential chain).
 
-`S3Store` implements `portal_export.store.Store` on the boto3 client of a `luigi.contrib.s3.S3Client`,
-so the store is reached exactly as Luigi's `S3Target`s reach it: the `[s3]` section (`endpoint_url`
-for a self-hosted store, credentials), else boto3's own chain (`AWS_ACCESS_KEY_ID`,
-`AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3`, profiles, instance roles).
-
-Every write is one `PutObject` of the whole body: S3 shows the old object, the new one or none,
-and a killed run leaves no partial or temporary object (a multipart upload would). `create` is
-`PutObject` with `If-None-Match: *`: a 412 means another writer got there first.
-
-A store that stops answering mid-run (an endpoint restarting, a network blip) is waited for:
-every request is retried for up to `[portal] store_retry_s` before the task fails, so a region
-whose token the portal accepted keeps its records through an outage shorter than that. Every
-other error is mapped to a `StoreError` naming the store and the cause in one line.
+Every write is one `PutObject` of the whole body, never multipart: a killed run leaves no partial or
+temporary object. `create` is `PutObject` with `If-None-Match: *` (412: another writer was first).
+An outage is retried for up to `[portal] store_retry_s`, so a region the portal accepted keeps its
+records through a short one; any other error is one line (`StoreError`).
 """
 
 from __future__ import annotations
@@ -45,15 +37,17 @@ _stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
 # S3's rules for a bucket name (the virtual-host-safe subset every S3-compatible store accepts)
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 MISSING = ("NoSuchKey", "404", "NotFound")
-REFUSED = (
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AccessDenied",
-    "InvalidToken",
-    "ExpiredToken",
-    "TokenRefreshRequired",
-    "403",
-    "Forbidden",
+REFUSED = tuple(
+    [
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "InvalidToken",
+        "ExpiredToken",
+        "TokenRefreshRequired",
+        "403",
+        "Forbidden",
+    ]
 )
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
 # botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
@@ -92,24 +86,19 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     )
 
 
-def missing_as_none(call: Callable[[], T]) -> T | None:
-    """What `call` returns; None when the store answers that the object is not there."""
+def missing_as(call: Callable[[], T], missing: Callable[[], T | None] = lambda: None) -> T | None:
+    """What `call` returns; `missing()` when the store answers that the object is not there."""
     try:
         return call()
     except botocore.exceptions.ClientError as err:
         if error_code(err) in MISSING:
-            return None
+            return missing()
         raise
 
 
 class ObjectClient(luigi.contrib.s3.S3Client):
-    """Luigi's S3 client for a data dir of plain objects, never "directories".
-
-    `exists` is one `HeadObject`: Luigi's also probes two directory markers and lists a prefix
-    when the object is missing, four requests for every region and day not done yet.
-    `retry` (the store's outage bound) wraps it, so Luigi's own completeness checks ride out an
-    outage too.
-    """
+    """Luigi's S3 client for plain objects: `exists` is one `HeadObject` (Luigi's probes two directory
+    markers and lists a prefix too), within `retry`, so completeness checks ride out an outage."""
 
     def __init__(self, retry: Callable[[Callable[[], Any], str], Any] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("config", CLIENT_CONFIG)
@@ -123,26 +112,13 @@ class ObjectClient(luigi.contrib.s3.S3Client):
 
     def exists(self, path: str) -> bool:
         bucket, key = self._path_to_bucket_and_key(path)  # type: ignore[no-untyped-call]
-
-        def head() -> bool:
-            try:
-                self.api.head_object(Bucket=bucket, Key=key)
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in MISSING:
-                    return False
-                raise
-            return True
-
-        return bool(self.retry(head, f"checking {path}"))
+        head = lambda: self.api.head_object(Bucket=bucket, Key=key)  # noqa: E731
+        return bool(self.retry(lambda: missing_as(head, bool), f"checking {path}"))
 
 
 class S3Store:
-    """`s3://BUCKET/PREFIX`; keys are names below the prefix.
-
-    One store (and its boto3 client) serves a process and the task processes Luigi forks from it:
-    building a client costs tens of milliseconds per task, so a forked child keeps the parent's and
-    only drops the connections it inherited (a socket must not be shared by two processes).
-    """
+    """`s3://BUCKET/PREFIX`; keys are names below the prefix. A forked task process keeps the parent's
+    client (building one costs tens of ms a task) but not its connections (no socket shared by two)."""
 
     def __init__(self, url: str, retry_s: float = 120.0, client: ObjectClient | None = None) -> None:
         self.bucket, self.prefix = parse_url(url)
@@ -165,8 +141,6 @@ class S3Store:
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
-
-    # ------------------------------------------------------------------ errors, retries
 
     def error(self, err: BaseException, what: str) -> StoreError:
         """One line naming the store and the cause (the messages botocore gives carry no secret)."""
@@ -225,50 +199,44 @@ class S3Store:
             log.info("store %s answers again (%s)", self.url, what)
         return result
 
-    # ------------------------------------------------------------------ the Store protocol
-
     def location(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
-    def read(self, key: str) -> bytes | None:
-        def get() -> bytes:
-            return bytes(self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
+    def _object(self, method: str, key: str, **kwargs: Any) -> Any:
+        """The answer to the client's `method` (get_object, put_object, ...) on the object of `key`."""
+        return getattr(self.client.api, method)(Bucket=self.bucket, Key=self.prefix + key, **kwargs)
 
-        return self._retry(lambda: missing_as_none(get), f"reading {key}")
+    def read(self, key: str) -> bytes | None:
+        get = lambda: bytes(self._object("get_object", key)["Body"].read())  # noqa: E731
+        return self._retry(lambda: missing_as(get), f"reading {key}")
 
     def write(self, key: str, data: bytes) -> None:
-        self._retry(
-            lambda: self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data), f"writing {key}"
-        )
+        self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
 
     def put_file(self, key: str, f: io.BufferedReader) -> None:
         """One PutObject of the file's bytes, streamed from it (sent whole again on a retry)."""
 
         def put() -> None:
             f.seek(0)
-            self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=f)
+            self._object("put_object", key, Body=f)
 
         self._retry(put, f"writing {key}")
 
     def body(self, key: str, start: int = 0) -> Any:
-        """The object's bytes from `start` on, as a stream (botocore's StreamingBody); FileNotFoundError
-        when there is none (as a missing file's)."""
+        """The object's bytes from `start` on, as botocore's StreamingBody; FileNotFoundError when none."""
 
-        def get() -> Any:
-            extra = {"Range": f"bytes={start}-"} if start else {}
-            try:
-                return self.client.api.get_object(Bucket=self.bucket, Key=self.prefix + key, **extra)["Body"]
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in MISSING:
-                    raise FileNotFoundError(f"store {self.url}: no object {key}") from None
-                raise
+        def missing() -> None:
+            raise FileNotFoundError(f"store {self.url}: no object {key}")
 
-        return self._retry(get, f"reading {key}")
+        extra = {"Range": f"bytes={start}-"} if start else {}
+        return self._retry(
+            lambda: missing_as(lambda: self._object("get_object", key, **extra)["Body"], missing), f"reading {key}"
+        )
 
     def create(self, key: str, data: bytes) -> bool:
         def put() -> bool:
             try:
-                self.client.api.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, IfNoneMatch="*")
+                self._object("put_object", key, Body=data, IfNoneMatch="*")
             except botocore.exceptions.ClientError as err:
                 if error_code(err) in ("PreconditionFailed", "412"):
                     return False
@@ -281,15 +249,11 @@ class S3Store:
         return self.client.exists(self.location(key))
 
     def modified(self, key: str) -> float | None:
-        def head() -> float:
-            return float(
-                self.client.api.head_object(Bucket=self.bucket, Key=self.prefix + key)["LastModified"].timestamp()
-            )
-
-        return self._retry(lambda: missing_as_none(head), f"checking {key}")
+        head = lambda: self._object("head_object", key)["LastModified"].timestamp()  # noqa: E731
+        return self._retry(lambda: missing_as(head), f"checking {key}")
 
     def delete(self, key: str) -> None:
-        self._retry(lambda: self.client.api.delete_object(Bucket=self.bucket, Key=self.prefix + key), f"deleting {key}")
+        self._retry(lambda: self._object("delete_object", key), f"deleting {key}")
 
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         return [entry.key for entry in self.entries(prefix, start_after)]
@@ -302,10 +266,9 @@ class S3Store:
             args["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
 
         def found() -> Entries:
-            pages = self.client.api.get_paginator("list_objects_v2").paginate(**args)
             return [
                 Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
-                for page in pages
+                for page in self.client.api.get_paginator("list_objects_v2").paginate(**args)
                 for obj in page.get("Contents", ())
             ]
 
@@ -316,11 +279,10 @@ class S3Store:
         seconds; never before an object it lists)."""
 
         def times() -> tuple[dict[str, float], float]:
-            pages = self.client.api.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            )
             found, now = {}, 0.0
-            for page in pages:
+            for page in self.client.api.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix
+            ):
                 for obj in page.get("Contents", ()):
                     found[obj["Key"][len(self.prefix) :]] = obj["LastModified"].timestamp()
                 date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")

@@ -1,14 +1,9 @@
-"""Where everything lives: the one place that builds the data dir's store and every Luigi target;
-the keys in it are spelled in `portal_export/store_keys.py` (the key functions here are its, for the tasks).
-
-The data dir is a local path or `s3://BUCKET/PREFIX`; every object keeps its relative name (its
-key) in both. Everything a later run or another host needs is in the store: targets, day files,
-failure records, breakers, and the deployment-wide state of the cap (runs' heartbeats, marks of
-solves in flight and regions that wait, the cap in force, the cap's lease, the cap log, the busy
-verdict). Only Luigi's `--lock-pid-dir` is per host (`ops.run.lock_dir()`).
-"""
+"""Where everything lives: the one place that builds the data dir's store (a local path or
+`s3://BUCKET/PREFIX`, keys spelled in `portal_export/store_keys.py`) and every Luigi target.
+Everything a later run or another host needs is in the store; only Luigi's lock dir is per host."""
 
 import datetime
+import functools
 import io
 import os
 import random
@@ -20,15 +15,9 @@ import luigi.format
 import luigi.local_target
 
 from portal_export import store_keys as keys
-from portal_export.region_file import read_facts
 from portal_export.store import LocalStore, Store
 
 from . import config
-
-# boto3 and luigi.contrib.s3 are imported only for an s3:// data dir: a third of a second of every
-# local run's start otherwise.
-
-_stores: dict[str, Store] = {}
 
 
 def is_remote(data_dir: str) -> bool:
@@ -36,17 +25,18 @@ def is_remote(data_dir: str) -> bool:
 
 
 def store() -> Store:
-    """The data dir's store, built once per process; Luigi's task processes inherit it (an S3
-    store opens connections of their own after the fork)."""
-    where = config.data_dir_text()
-    if where not in _stores:
-        if is_remote(where):
-            from .s3store import S3Store
+    """The data dir's store; Luigi's task processes inherit it (an S3 store reconnects after the fork)."""
+    return store_at(config.data_dir_text())
 
-            _stores[where] = S3Store(where, retry_s=config.portal().store_retry_s)
-        else:
-            _stores[where] = LocalStore(where)
-    return _stores[where]
+
+@functools.cache  # one per data dir and process: an S3 client costs tens of milliseconds to build
+def store_at(where: str, retry_s: float | None = None) -> Store:
+    """The store of `where`; an object store's outages waited out `retry_s` ([portal] store_retry_s)."""
+    if not is_remote(where):
+        return LocalStore(where)
+    from .s3store import S3Store  # boto3: a third of a second of every local run's start otherwise
+
+    return S3Store(where, retry_s=config.portal().store_retry_s if retry_s is None else retry_s)
 
 
 def check_store() -> None:
@@ -128,28 +118,6 @@ def target(key: str) -> luigi.target.FileSystemTarget:
     return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
 
 
-def region_facts(date: datetime.date, region: str) -> dict[str, Any] | None:
-    """A region target's solve facts (its first line, the records left unread); None without one."""
-    try:
-        with target(keys.region(date, region)).open("r") as f:
-            return read_facts(f)
-    except FileNotFoundError:
-        return None
-
-
-# ---------------------------------------------------------------------------------------- keys
-# The tasks' names for the keys portal_export/store_keys.py spells.
-
-region_key = keys.region
-region_dir = keys.region_dir
-day_records_key = keys.day_records
-day_health_key = keys.day_health
-failed_health_key = keys.failed_health
-failures_prefix = keys.failures_prefix
-region_failure_key = keys.region_failure
-day_failure_key = keys.day_failure
-
-
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
     """The days among `days` whose two day objects exist: one listing, however many days
     (RangeDaily's `bulk_complete`), instead of two requests per day. It lists only the names the
@@ -157,4 +125,4 @@ def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
     if not days:
         return []
     names = set(store().list(keys.day_objects_prefix(days)))
-    return [d for d in days if day_records_key(d) in names and day_health_key(d) in names]
+    return [d for d in days if keys.day_records(d) in names and keys.day_health(d) in names]

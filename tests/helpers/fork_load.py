@@ -23,7 +23,7 @@ import requests
 
 from ops import luigi_run, run_alert
 from ops import steward as governor
-from portal_export import forksafe
+from portal_export import forksafe, store_keys
 from tasks import config, targets
 
 log = logging.getLogger("tasks.fork_load")
@@ -34,7 +34,7 @@ class ForkedDay(luigi.Task):
     date = luigi.DateParameter()
 
     def output(self):
-        return [targets.target(targets.day_records_key(self.date)), targets.target(targets.day_health_key(self.date))]
+        return [targets.target(store_keys.day_records(self.date)), targets.target(store_keys.day_health(self.date))]
 
     def run(self):
         log.info("day %s: task process %d asks the portal", self.date, os.getpid())  # stderr, as every task's

@@ -209,7 +209,7 @@ def night_env(test_tasks_env, luigi_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("PORTAL_DATA_DIR", str(data_dir))
     store = CountingStore(data_dir)
     try:
-        with mock.patch.dict(targets._stores, {str(data_dir): store}):
+        with mock.patch.object(targets, "store", lambda: store):
             yield store
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -134,15 +134,17 @@ def test_the_key_strings_stay_what_data_dirs_hold():
     assert store_keys.generation_of("_state/alerts/f1/", "_state/alerts/f1/00000003.json") == 3
 
 
-def test_the_luigi_layer_builds_its_targets_from_these_keys():
-    from tasks import targets
+def test_the_luigi_layer_builds_its_targets_from_these_keys(tmp_path, monkeypatch):
+    from tasks.day import DayExport
+    from tasks.region import RegionExport
 
-    assert targets.region_key(DAY, "north") == store_keys.region(DAY, "north")
-    assert targets.day_records_key(DAY) == store_keys.day_records(DAY)
-    assert targets.day_health_key(DAY) == store_keys.day_health(DAY)
-    assert targets.failed_health_key(DAY) == store_keys.failed_health(DAY)
-    assert targets.region_failure_key(DAY, "north") == store_keys.region_failure(DAY, "north")
-    assert targets.day_failure_key(DAY) == store_keys.day_failure(DAY)
+    monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path))
+    day = DayExport(DAY)
+    assert RegionExport(DAY, "north").output().path == str(tmp_path / store_keys.region(DAY, "north"))
+    assert day.output()["records"].path == str(tmp_path / store_keys.day_records(DAY))
+    assert day.output()["health"].path == str(tmp_path / store_keys.day_health(DAY))
+    assert RegionExport(DAY, "north").failure_key() == store_keys.region_failure(DAY, "north")
+    assert day.failure_key() == store_keys.day_failure(DAY)
 
 
 # ------------------------------------------------------------------------------------ read_dict
