@@ -29,10 +29,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig  # noqa: E402
+from sandbox import REGIONS, SANDBOX_KEY, Sandbox, SandboxConfig  # noqa: E402
 from sandbox.portal_data import region_of_sitekey  # noqa: E402
-
-REGIONS = ("north", "south", "east", "west")
 
 
 def parse_args():

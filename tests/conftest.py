@@ -1,14 +1,13 @@
-import json
 import os
-import time
-from pathlib import Path
 
 import luigi
 import luigi.configuration
 import pytest
 
-from sandbox.luigid import ForegroundLuigid
-from tests import ROOT  # noqa: E402
+from tests import ROOT
+from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures for every room)
+from tests.helpers.cfg import FAST_CLIENT, FAST_SANDBOX, write_cfg
+from tests.helpers.runs import MEASURED, CliRun, Luigid
 
 # A test that uses one of these starts a live server or a process (the sandbox on loopback, luigid,
 # the CLI, SeaweedFS, hosts in namespaces): marked `live`, left out by `make test-fast`.
@@ -20,22 +19,6 @@ LIVE_MODULES += ("tests.repo.test_readme_nginx", "tests.ops.test_fork_safety")
 LIVE_MODULES += tuple(f"tests.ops.test_{name}" for name in ("backfill", "monitoring", "plan", "proxy", "scheduler"))
 LIVE_MODULES += ("tests.ops.test_state", "tests.ops.test_visualiser")
 LIVE_PARAMS = {"s3"}
-TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
-
-
-def wait_for(predicate, what, timeout=60, every=0.05):
-    """`predicate()`'s first true value, asked every `every` s; fails naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
-    return found
-
-
-def read_region(path):
-    """A region target's facts and records (its first line, then one record a line)."""
-    first, *lines = Path(path).read_text().splitlines()
-    return json.loads(first), [json.loads(line) for line in lines]
 
 
 def pytest_collection_modifyitems(items):
@@ -101,7 +84,6 @@ def isolated(tmp_path, monkeypatch):
     luigi.task.Register.clear_instance_cache()
 
 
-MEASURED = "COVERAGE_PROCESS_CONFIG"  # coverage.py measures a subprocess with this in its environment
 BY_TEST = "COVER_BY_TEST"  # set by make cover-by-test
 
 
@@ -153,27 +135,6 @@ def data_dir():
 
 # ----------------------------------------------------------------------------- the sandbox, live
 
-# The sandbox at a hundredth of real time and a client polling to match: a 5 s solve takes 50 ms.
-FAST_SANDBOX = dict(seed=3, time_scale=0.01, solve="fixed", solve_s=5.0)
-FAST_CLIENT = {
-    "captchaai": {"first_poll_s": 0.04, "poll_every_s": 0.02, "timeout_s": 3, "http_timeout_s": 2},
-    "portal": {"retry_base_s": 0.05, "retry_jitter_s": 0.02},
-}
-
-
-def polls(solve_s):
-    """The client's poll schedule for solves of about `solve_s` seconds (at the test's time), in
-    CaptchaAI's proportions (first poll at 15 s, then every 5 s, for solves of about 20 s): a poll or
-    two per solve, as in production. A test that lengthens the solves to open a window mid-run uses
-    it, rather than polling each solve a hundred times at FAST_CLIENT's 20 ms, which is CPU the
-    whole suite shares on 2 cores."""
-    return {"first_poll_s": round(0.75 * solve_s, 3), "poll_every_s": round(0.25 * solve_s, 3)}
-
-
-def polled(sections, solve_s):
-    """`sections` (a layered config's) with the poll schedule of polls(solve_s)."""
-    return {**sections, "captchaai": {**sections.get("captchaai", {}), **polls(solve_s)}}
-
 
 @pytest.fixture
 def sandbox():
@@ -190,17 +151,6 @@ def sandbox():
     yield start
     for sb in started:
         sb.stop()
-
-
-def cfg_text(sections):
-    """The text of a layered luigi.cfg: {section: {key: value}}."""
-    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
-
-
-def write_cfg(path, sections):
-    """A layered luigi.cfg (for LUIGI_CONFIG_PATH of subprocesses)."""
-    path.write_text(cfg_text(sections))
-    return path
 
 
 @pytest.fixture
@@ -230,16 +180,6 @@ def luigid(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------- live runs of the real CLI (tests/test_live_*.py)
-
-
-class CliRun:
-    """One finished `python -m ops ...`: exit code, output, wall time."""
-
-    def __init__(self, code, out, err, seconds):
-        self.code, self.out, self.err, self.seconds = code, out, err, seconds
-
-    def __repr__(self):
-        return f"CliRun(code={self.code}, seconds={self.seconds:.2f}, err=...{self.err[-2000:]!r})"
 
 
 @pytest.fixture
@@ -319,77 +259,12 @@ def fast_cfg(tmp_path, monkeypatch, luigi_cfg):
     return layer
 
 
-class Luigid(ForegroundLuigid):
-    """luigid on a free loopback port, configured as `make scheduler` does it; a test can
-    query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out).
-
-    It keeps no task history unless a test asks (`history`), and runs without coverage: what it runs
-    of ours, ops/luigid_metrics.py, tests/portal_export/test_metrics.py measures in-process. Each would about double
-    luigid's CPU (SQLAlchemy's writes at every task event; coverage tracing Luigi's code)."""
-
-    def __init__(self, home, extra=None, history=False):
-        """`extra`: {section: {key: value}} added to its config, as an operator's /etc/luigi might."""
-        super().__init__(home, history=history, extra=extra)
-        self.env = {"SCHEDULER": "central", "LUIGI_SCHEDULER_URL": self.url}
-
-    def environment(self):
-        return {k: v for k, v in super().environment().items() if k != MEASURED}
-
-    def rpc(self, method, **args):
-        import json
-
-        import requests
-
-        resp = requests.get(f"{self.url}/api/{method}", params={"data": json.dumps(args)}, timeout=10)
-        resp.raise_for_status()
-        return resp.json()["response"]
-
-    def task_list(self, status="", search=None):
-        """{task_id: task} of one status ("" for every one)."""
-        return self.rpc("task_list", status=status, upstream_status="", search=search)
-
-    def error(self, task_id):
-        """What the visualiser's error popup shows for a task: its on_failure text."""
-        import json
-
-        text = self.rpc("fetch_error", task_id=task_id)["error"] or ""
-        return json.loads(text) if text.startswith('"') else text  # the worker sends it JSON-encoded
-
-
 @pytest.fixture
 def central(tmp_path):
     """A Luigid for one test; `central.env` points a CLI run at it (SCHEDULER=central)."""
     server = Luigid(tmp_path / "central")
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def shared_central(tmp_path_factory):
-    """One Luigid for a module's tests (each test uses days of its own, so task ids do not meet)."""
-    server = Luigid(tmp_path_factory.mktemp("central"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def hosts(tmp_path):
-    """hosts(name, env, layered_cfg="", hostname=None, clock_s=0) makes a worker host
-    (sandbox/hosts.py); all are stopped afterwards."""
-    from sandbox.hosts import Host, unshare_works
-
-    if not unshare_works():
-        pytest.fail("worker hosts need `unshare` to make PID and UTS namespaces (as root, or in a user namespace)")
-    made = []
-
-    def make(name, env, layered_cfg="", hostname=None, clock_s=0.0):
-        host = Host(name, tmp_path / "hosts", env, layered_cfg, hostname=hostname, clock_s=clock_s)
-        made.append(host)
-        return host
-
-    yield make
-    for host in made:
-        host.stop()
 
 
 # ----------------------------------------------------------------------------- a real object store

@@ -13,19 +13,16 @@ import time
 import pytest
 
 from sandbox import SANDBOX_USER
-from tests.conftest import FAST_CLIENT, cfg_text
-from tests.helpers.alert_servers import webhook  # noqa: F401 (fixture)
-from tests.helpers.fleet import Bucket, shared_env
+from tests.helpers.cfg import FAST_CLIENT, cfg_text
+from tests.helpers.fleet import CAP, START, STOP, Bucket, shared_env
 
-CAP = 4  # luigi.cfg's [resources] captchaai, which the `central` luigid serves
 BAN_AFTER = CAP + 1
 HOSTS = ("host-a", "host-b", "host-c")
-START, STOP = "2026-05-01", "2026-05-07"
 WRONG_PASSWORD = "Wr0ng-Passw0rd-fleet-canary-42"
 
 
 @pytest.fixture
-def fleet(sandbox, central, hosts, s3_data_dir, seaweedfs, webhook):  # noqa: F811
+def fleet(sandbox, central, hosts, s3_data_dir, seaweedfs, webhook):
     """fleet(sandbox config, **env): three hosts on one luigid and bucket, 2 workers each (6 > the
     cap), alerting through one webhook; returns (sandbox, hosts, webhook, bucket)."""
 

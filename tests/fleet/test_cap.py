@@ -11,18 +11,20 @@ import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.runs import split_run, ttl_s
-from tests.conftest import FAST_CLIENT, cfg_text, polls, wait_for
-from tests.fleet.test_host_killed import FAST_DEATH, fleet_luigid  # noqa: F401 (fixture)
-from tests.helpers.fleet import Bucket, expected_lines, shared_env
-
-START, STOP = "2026-05-01", "2026-05-07"
-DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
-CAP, PLAN_EVERY_S = 4, 0.5
-TIMINGS = {
-    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, **polls(3.0)},  # 3 s solves
-    "portal": FAST_CLIENT["portal"],
-}
-TIMINGS["captchaai"]["timeout_s"] = 10
+from tests.helpers.cfg import cfg_text
+from tests.helpers.fleet import (
+    CAP,
+    DAYS,
+    FAST_DEATH,
+    PLAN_EVERY_S,
+    START,
+    STOP,
+    TIMINGS,
+    Bucket,
+    expected_lines,
+    shared_env,
+)
+from tests.helpers.runs import wait_for
 
 
 def most_at_once(tasks):
@@ -37,7 +39,7 @@ def most_at_once(tasks):
 
 @pytest.mark.long
 @pytest.mark.unmeasured
-def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):  # noqa: F811
+def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     """Three hosts hold one cap, and the owner's death hands it on. (A short name: the hosts' TMPDIR
     is below the test's folder, and Luigi's worker binds a Unix socket there, 108 bytes at most.)"""
     sb = sandbox(solve_s=300)  # 3 s a solve: the backfill outlasts the owner's death by more than the TTL

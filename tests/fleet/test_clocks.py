@@ -15,14 +15,22 @@ import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.state import split_run
-from tests.conftest import cfg_text, polled, wait_for
-from tests.fleet.test_cap import CAP, TIMINGS
-from tests.fleet.test_host_killed import FAST_DEATH, fleet_luigid, region_of, submits  # noqa: F401 (fixture)
-from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from tests.helpers.fleet import Bucket, expected_lines, shared_env
+from tests.helpers.cfg import cfg_text, polled
+from tests.helpers.fleet import (
+    CAP,
+    DAYS,
+    FAST_DEATH,
+    START,
+    STOP,
+    TIMINGS,
+    Bucket,
+    expected_lines,
+    region_of,
+    shared_env,
+    submits,
+)
+from tests.helpers.runs import wait_for
 
-START, STOP = "2026-05-01", "2026-05-07"
-DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
 SKEW_S = 300.0  # five minutes ahead, five behind
 
 
@@ -114,7 +122,7 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
 @pytest.mark.unmeasured
 def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over(
     sandbox,
-    fleet_luigid,  # noqa: F811
+    fleet_luigid,
     hosts,
     s3_data_dir,
     seaweedfs,
@@ -138,12 +146,12 @@ def test_hosts_with_one_hostname_keep_the_cap_and_take_a_dead_hosts_regions_over
 @pytest.mark.unmeasured
 def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     sandbox,
-    fleet_luigid,  # noqa: F811
+    fleet_luigid,
     hosts,
     s3_data_dir,
     seaweedfs,
-    smtp_server,  # noqa: F811
-    webhook,  # noqa: F811
+    smtp_server,
+    webhook,
 ):
     """One host's wall clock 5 minutes ahead, one's 5 minutes behind (every Python process of each),
     one's right. The host ahead is killed mid-backfill; then a run on a revoked key fails on all

@@ -10,18 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 import pytest
 
-from tests.conftest import FAST_CLIENT, Luigid, cfg_text, polled
-from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
-from tests.helpers.fleet import Bucket, expected_lines, shared_env
-
-START, STOP = "2026-05-01", "2026-05-07"
-DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
-
-
-@pytest.fixture
-def bucket(seaweedfs, s3_data_dir):
-    """The bucket the hosts share, read through the store's S3 API."""
-    return Bucket(seaweedfs, s3_data_dir)
+from tests.helpers.cfg import FAST_CLIENT, cfg_text, polled
+from tests.helpers.fleet import DAYS, FAST_DEATH, START, STOP, expected_lines, region_of, shared_env, submits
 
 
 def host_processes(host):
@@ -89,33 +79,6 @@ def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, s3_
     assert "running   RegionExport(" in run.err
 
 
-# luigid notices a dead host within seconds here: it declares a worker dead after 4 s without a
-# ping (workers ping every second) and looks at every get_work; the hosts' CLIs wait 1 s of
-# retry_delay before taking its tasks over. Production values and their trade-off: luigi.cfg.
-FAST_DEATH = {"worker_disconnect_delay": 4, "retry_delay": 1, "prune_on_get_work": "true"}
-
-
-@pytest.fixture
-def fleet_luigid(tmp_path, luigi_cfg):
-    """A Luigid that notices a dead host fast (FAST_DEATH layered over luigi.cfg's [scheduler])."""
-    for key, value in FAST_DEATH.items():
-        luigi_cfg("scheduler", key, value)
-    server = Luigid(tmp_path / "fleet-luigid")
-    yield server
-    server.stop()
-
-
-def submits(sb):
-    """CaptchaAI tasks submitted, by (day, region) of the page they were for."""
-    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks())
-    return Counter((q["day"][0], q["region"][0]) for q in pages)
-
-
-def region_of(task):
-    """(day, region) of a RegionExport as luigid lists it."""
-    return task["params"]["date"], task["params"]["region"]
-
-
 @pytest.mark.long
 def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fleet_luigid, hosts, s3_data_dir, bucket):
     """Three hosts run one 6-day backfill (2 workers each, cap 4); host-a is SIGKILLed with its whole
@@ -168,7 +131,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     assert sb.stats()["threads"]["peak"] <= 4
 
 
-def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, fleet_luigid, hosts, s3_data_dir, smtp_server, webhook):  # noqa: F811
+def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, fleet_luigid, hosts, s3_data_dir, smtp_server, webhook):
     """Three hosts run one backfill with a revoked key: one e-mail and one webhook POST in all, from
     the host that claimed the alert first; it says which host saw which failure, and the other two
     say who sent it. Every region failed for real, so none was taken over, although luigid soon

@@ -1,10 +1,23 @@
-"""What the fleet tests share: the hosts' environment (luigid, one bucket, the sandbox; no
+"""What the fleet tests share: their days, cap and timings, the hosts' environment (luigid, one bucket, the sandbox; no
 directory) and reading the bucket through the store's own S3 API."""
 
 import json
 import os
+from collections import Counter
+from urllib.parse import parse_qs, urlsplit
 
 from sandbox import REGIONS, SANDBOX_KEY, expected_records
+from tests.helpers.cfg import FAST_CLIENT, polls
+
+START, STOP = "2026-05-01", "2026-05-07"  # the fleets' backfill
+DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
+CAP = 4  # luigi.cfg's [resources] captchaai, which luigid serves
+PLAN_EVERY_S = 0.5
+# 3 s solves polled in CaptchaAI's proportions; the plan re-read often
+TIMINGS = {
+    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, **polls(3.0), "timeout_s": 10},
+    "portal": FAST_CLIENT["portal"],
+}
 
 
 def shared_env(sb, central, data_url):
@@ -44,3 +57,20 @@ class Bucket:
 
 def expected_lines(day, regions=REGIONS):
     return [json.dumps(r, ensure_ascii=False) for region in regions for r in expected_records(day, region)]
+
+
+# luigid notices a dead host within seconds here: it declares a worker dead after 4 s without a
+# ping (workers ping every second) and looks at every get_work; the hosts' CLIs wait 1 s of
+# retry_delay before taking its tasks over. Production values and their trade-off: luigi.cfg.
+FAST_DEATH = {"worker_disconnect_delay": 4, "retry_delay": 1, "prune_on_get_work": "true"}
+
+
+def submits(sb):
+    """CaptchaAI tasks submitted, by (day, region) of the page they were for."""
+    pages = (parse_qs(urlsplit(t["pageurl"]).query) for t in sb.tasks())
+    return Counter((q["day"][0], q["region"][0]) for q in pages)
+
+
+def region_of(task):
+    """(day, region) of a RegionExport as luigid lists it."""
+    return task["params"]["date"], task["params"]["region"]

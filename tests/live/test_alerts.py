@@ -14,8 +14,8 @@ import pytest
 
 from sandbox import SANDBOX_KEY, SANDBOX_USER
 from sandbox.ports import free_port
-from tests.conftest import CliRun, Luigid, polls
-from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures)
+from tests.helpers.cfg import polls
+from tests.helpers.runs import CliRun, Luigid
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 PASSWORD = "pw-Sup3rS3cret-portal"  # set, never used for a login here: it must be scrubbed all the same
@@ -28,7 +28,7 @@ def days(start, stop):
 
 
 @pytest.fixture
-def channels(live, fast_cfg, smtp_server, webhook, monkeypatch):  # noqa: F811 (fixtures)
+def channels(live, fast_cfg, smtp_server, webhook, monkeypatch):
     """Both channels configured, as the README says: [email]/[smtp] in a layered file, the webhook
     in the environment; the portal password set too, so that its scrubbing is shown."""
     hook = webhook()
@@ -241,7 +241,7 @@ def test_a_dead_channel_changes_neither_exit_code_nor_files_and_says_so_in_one_l
     live,
     data_dir,
     tmp_path,
-    webhook,  # noqa: F811 (fixtures)
+    webhook,
 ):
     smtp, hook, layer = channels
     regions = {"portal": {"regions": "north,south"}, "alerts": {"webhook_timeout_s": 0.5}}
@@ -278,7 +278,7 @@ def test_a_dead_channel_changes_neither_exit_code_nor_files_and_says_so_in_one_l
     assert_no_secret(smtp, hook, run, data_dir)
 
 
-def test_alert_test_sends_through_every_channel_and_says_which_worked(channels, cli, webhook):  # noqa: F811
+def test_alert_test_sends_through_every_channel_and_says_which_worked(channels, cli, webhook):
     smtp, hook, _ = channels
     run = cli("alert-test")
     assert run.code == 0, run

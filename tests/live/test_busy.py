@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.conftest import polls
+from tests.helpers.cfg import polls
 
 EIGHT_REGIONS = "north,south,east,west,upper,lower,inner,outer"  # one day, eight regions at cap 4
 DAY = "2026-05-04"

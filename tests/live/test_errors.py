@@ -27,7 +27,7 @@ from portal_export.errors import BusyThreads, TransientError
 from portal_export.store import LocalStore
 from sandbox import NO_PLAN_KEY, REGIONS, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
-from tests.conftest import read_region
+from tests.helpers.runs import read_region
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account
 SHORT_KEY = "not-a-key"

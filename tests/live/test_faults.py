@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sandbox import REGIONS, FaultPlan
 from sandbox.config import CAPTCHAAI_KINDS
-from tests.conftest import read_region
+from tests.helpers.runs import read_region
 
 START, STOP = "2026-05-01", "2026-05-11"
 DAYS = [f"2026-05-{d:02d}" for d in range(1, 11)]

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from sandbox import FaultPlan, sitekey_for
-from tests.conftest import Luigid
+from tests.helpers.runs import Luigid
 
 KEY = "CanaryKey-5f0c1e7d93a2b84c6e1f0d"  # 32 characters, distinctive in any byte stream
 assert len(KEY) == 32

@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 
 from sandbox import REGIONS
-from tests.conftest import ROOT, read_region, wait_for
+from tests import ROOT
+from tests.helpers.runs import read_region, wait_for
 
 START, STOP = "2026-04-01", "2026-04-05"
 DAYS = ["2026-04-01", "2026-04-02", "2026-04-03", "2026-04-04"]

@@ -18,7 +18,8 @@ import pytest
 
 from portal_export.caplog import CapLog
 from portal_export.store import LocalStore
-from tests.conftest import polls, wait_for
+from tests.helpers.cfg import polls
+from tests.helpers.runs import wait_for
 
 BACKFILL = ("2026-03-01", "2026-03-09")  # 8 days x 4 regions
 DAYS = [f"2026-03-0{d}" for d in range(1, 9)]

@@ -17,7 +17,7 @@ import requests
 from portal_export import store_keys
 from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
-from tests.conftest import polls
+from tests.helpers.cfg import polls
 from tests.helpers.programs import program
 from tests.ops.test_monitoring import MONITORING, RULES, serving
 

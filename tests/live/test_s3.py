@@ -21,8 +21,7 @@ from portal_export import retention
 from sandbox import REGIONS
 from sandbox.ports import free_port
 from sandbox.seaweedfs import SECRET_KEY
-from tests.conftest import ROOT
-from tests.helpers.alert_servers import webhook  # noqa: F401 (fixture)
+from tests import ROOT
 from tests.helpers.tcp_proxy import TcpProxy
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
@@ -250,7 +249,7 @@ def test_a_revoked_key_alerts_once_with_the_breaker_in_the_bucket_which_stops_a_
     cli,
     s3_data_dir,
     seaweedfs,
-    webhook,  # noqa: F811 (fixture)
+    webhook,
     monkeypatch,
     tmp_path,
 ):

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.conftest import Luigid, polls
-from tests.helpers.alert_servers import smtp_server  # noqa: F401 (fixture)
+from tests.helpers.cfg import polls
+from tests.helpers.runs import Luigid
 
 STOP_WITHIN_S = 10
 DAYS = ("2026-06-01", "2026-06-11")  # ten days of one region: ten solves of a second each, four at a time
@@ -156,7 +156,7 @@ def test_luigid_in_the_foreground_stops_within_10_s_of_sigterm_with_its_state_sa
     fast_cfg,
     cli,
     tmp_path,
-    smtp_server,  # noqa: F811 (fixture)
+    smtp_server,
     when,
 ):
     """As a service manager stops it: luigid with [email]/[smtp] in its config (a machine-wide

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from ops.cli import main
-from tests.conftest import ROOT
+from tests import ROOT
 
 NORTH = {"portal": {"regions": "north"}}
 

@@ -9,7 +9,7 @@ import responses
 
 from ops.cli import main
 from tests import ROOT  # noqa: E402
-from tests.conftest import TEST_KEY
+from tests.helpers.cfg import TEST_KEY
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from portal_export import forksafe
-from tests.conftest import ROOT, write_cfg
+from tests import ROOT
+from tests.helpers.cfg import write_cfg
 
 F_SETPIPE_SZ = 1031  # Linux: a pipe of one page fills between the test's reads
 FIONREAD = 0x541B  # Linux: the bytes waiting in a pipe

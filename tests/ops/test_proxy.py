@@ -21,9 +21,9 @@ from ops import scheduler_url
 from ops.cli import main
 from ops.luigid import remote
 from tasks.secrets import scrub, url_password
-from tests.conftest import ROOT, Luigid
-from tests.helpers.alert_servers import webhook  # noqa: F401 (fixture)
+from tests import ROOT
 from tests.helpers.auth_proxy import AuthProxy
+from tests.helpers.runs import Luigid
 
 NORTH = {"portal": {"regions": "north"}}
 DAY = datetime.date(2026, 9, 1)
@@ -73,7 +73,7 @@ def test_the_proxy_refuses_a_request_without_the_credentials_and_so_does_every_r
     proxied,
     cli,
     data_dir,
-    webhook,  # noqa: F811 (fixture)
+    webhook,
 ):
     assert requests.get(f"{proxied.url}/api/task_list", timeout=5).status_code == 401
     assert requests.get(proxied.url_with(password="guess") + "/api/task_list", timeout=5).status_code == 401

@@ -23,7 +23,8 @@ import requests
 from ops.scheduler_url import answers as scheduler_answers
 from sandbox.hosts import unshare
 from sandbox.ports import free_port
-from tests.conftest import ROOT, polls
+from tests import ROOT
+from tests.helpers.cfg import polls
 from tests.helpers.programs import is_root, program
 
 DAY = datetime.date(2026, 9, 1)

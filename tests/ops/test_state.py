@@ -16,7 +16,7 @@ from portal_export.failures import write_failure
 from portal_export.store import LocalStore
 from sandbox.ports import free_port
 from tasks.s3store import S3Store
-from tests.conftest import TEST_KEY, write_cfg
+from tests.helpers.cfg import TEST_KEY, write_cfg
 from tests.portal_export.test_retention import seed_history
 
 ROOT = str(tests.ROOT)

@@ -19,6 +19,7 @@ from portal_export.gate import CapInForce, Gate, Waiting
 from portal_export.governor import ZERO_CAP_PERIODS
 from portal_export.runs import Runs, current_run, this_host
 from portal_export.store import LocalStore
+from tests.helpers.runs import wait_for
 
 API = "https://ocr.test"
 KEY = "k3y-0123456789abcdef0123456789ab"
@@ -219,23 +220,20 @@ def test_the_local_schedulers_total_is_the_cap_plus_the_regions_that_wait(luigi_
     def total():
         return scheduler.resources().get(RESOURCE, {}).get("total")
 
-    def wait_for(n):
-        deadline = time.monotonic() + 2
-        while total() != n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return total()
+    def slots(n):
+        wait_for(lambda: total() == n, f"{n} slots of the scheduler's {RESOURCE}", timeout=2, every=0.01)
 
     try:
-        assert wait_for(4) == 4
+        slots(4)
         assert worker.worker_processes == 4  # a process per slot: no idle polling of the scheduler
         waiting = Waiting(steward.store)
         with waiting.marked(), waiting.marked():
-            assert wait_for(6) == 6  # two regions in backoff lend their slots
+            slots(6)  # two regions in backoff lend their slots
             assert worker.worker_processes == 6
             with waiting.marked(), waiting.marked():
-                assert wait_for(8) == 8
+                slots(8)
                 assert worker.worker_processes == 8  # never above [core] workers
-        assert wait_for(4) == 4
+        slots(4)
         assert worker.worker_processes == 4
     finally:
         steward.stop()

@@ -21,7 +21,7 @@ from portal_export.caplog import CapLog
 from portal_export.retention import Policy
 from portal_export.store import Entry, LocalStore
 from tasks import targets
-from tests.conftest import TEST_KEY
+from tests.helpers.cfg import TEST_KEY
 from tests.tasks import test_tasks
 
 DAY_S = 86400.0

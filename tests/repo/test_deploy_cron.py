@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from sandbox import SANDBOX_KEY
-from tests.conftest import FAST_CLIENT, write_cfg
+from tests.helpers.cfg import FAST_CLIENT, write_cfg
 from tests.helpers.deploy_files import DEPLOY, ENV_FILE, account, clone, installed, server_dir, write_env_file
 
 __all__ = ["account", "server_dir"]  # fixtures

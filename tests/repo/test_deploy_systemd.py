@@ -12,7 +12,7 @@ import requests
 from sandbox import SANDBOX_KEY
 from sandbox.luigid import wait_for
 from sandbox.ports import free_port
-from tests.conftest import FAST_CLIENT, write_cfg
+from tests.helpers.cfg import FAST_CLIENT, write_cfg
 from tests.helpers.deploy_files import (
     ACCOUNT,
     CHECKOUT,

@@ -122,8 +122,8 @@ def test_the_wheel_ships_no_stand_in_and_no_test_secret(tmp_path):
 
 
 def test_the_tests_say_the_regions_a_wait_and_a_config_once():
-    """One REGIONS (the sandbox's, which are luigi.cfg's), one wait_for and one config writer
-    (tests/conftest.py): a test that needs them imports them."""
+    """One REGIONS (the sandbox's, which are luigi.cfg's; the bench's too), one wait_for
+    (tests/helpers/runs.py) and one config writer (tests/helpers/cfg.py): whoever needs them imports them."""
     import configparser
 
     from sandbox import REGIONS
@@ -132,14 +132,14 @@ def test_the_tests_say_the_regions_a_wait_and_a_config_once():
     cfg.read(ROOT / "luigi.cfg")
     assert tuple(cfg["portal"]["regions"].split(",")) == REGIONS
     found = {}
-    for path in sorted((ROOT / "tests").rglob("*.py")):
+    for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
         for node in ast.parse(path.read_text()).body:
             names = [node.name] if isinstance(node, ast.FunctionDef) else []
             names += [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
             for name in set(names) & {"REGIONS", "wait_for", "write_cfg", "cfg_text", "layered"}:
                 found.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert found == {
-        "wait_for": ["tests/conftest.py"],
-        "write_cfg": ["tests/conftest.py"],
-        "cfg_text": ["tests/conftest.py"],
+        "wait_for": ["tests/helpers/runs.py"],
+        "write_cfg": ["tests/helpers/cfg.py"],
+        "cfg_text": ["tests/helpers/cfg.py"],
     }

@@ -16,8 +16,9 @@ import requests
 
 from ops.luigid import remote
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
-from tests.conftest import ROOT, Luigid
+from tests import ROOT
 from tests.helpers.programs import program
+from tests.helpers.runs import Luigid
 
 DAY = datetime.date(2026, 9, 3)
 USER, PASSWORD = "worker1", "3f9c1e0d7b2a46c58e1f0a9b7c6d5e4f"  # as `openssl rand -hex 16` makes one

@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests import ROOT
 
 # The demos' sandbox at 3/100 of real time rather than a tenth: the same runs, in a third of the time.
 FAST = {"DEMO_TIME_SCALE": "0.03"}

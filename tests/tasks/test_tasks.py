@@ -12,7 +12,8 @@ from portal_export.captchaai import Solve
 from portal_export.errors import UnsolvableError
 from portal_export.store import LocalStore
 from tasks import DayExport, RegionExport
-from tests.conftest import TEST_KEY, read_region
+from tests.helpers.cfg import TEST_KEY
+from tests.helpers.runs import read_region
 
 DAY = datetime.date(2026, 9, 1)
 PORTAL = "http://portal.test"

@@ -1,0 +1,36 @@
+"""What a test configures: the key it uses, the fast sandbox and client, and the one writer of
+layered luigi.cfg files (a test's own process layers keys with the `luigi_cfg` fixture)."""
+
+TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
+
+# The sandbox at a hundredth of real time and a client polling to match: a 5 s solve takes 50 ms.
+FAST_SANDBOX = dict(seed=3, time_scale=0.01, solve="fixed", solve_s=5.0)
+FAST_CLIENT = {
+    "captchaai": {"first_poll_s": 0.04, "poll_every_s": 0.02, "timeout_s": 3, "http_timeout_s": 2},
+    "portal": {"retry_base_s": 0.05, "retry_jitter_s": 0.02},
+}
+
+
+def polls(solve_s):
+    """The client's poll schedule for solves of about `solve_s` seconds (at the test's time), in
+    CaptchaAI's proportions (first poll at 15 s, then every 5 s, for solves of about 20 s): a poll or
+    two per solve, as in production. A test that lengthens the solves to open a window mid-run uses
+    it, rather than polling each solve a hundred times at FAST_CLIENT's 20 ms, which is CPU the
+    whole suite shares on 2 cores."""
+    return {"first_poll_s": round(0.75 * solve_s, 3), "poll_every_s": round(0.25 * solve_s, 3)}
+
+
+def polled(sections, solve_s):
+    """`sections` (a layered config's) with the poll schedule of polls(solve_s)."""
+    return {**sections, "captchaai": {**sections.get("captchaai", {}), **polls(solve_s)}}
+
+
+def cfg_text(sections):
+    """The text of a layered luigi.cfg: {section: {key: value}}."""
+    return "".join(f"[{s}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) for s, keys in sections.items())
+
+
+def write_cfg(path, sections):
+    """A layered luigi.cfg (for LUIGI_CONFIG_PATH of subprocesses)."""
+    path.write_text(cfg_text(sections))
+    return path
