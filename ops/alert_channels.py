@@ -1,10 +1,6 @@
-"""Where alerts go: e-mail through Luigi's own sender, and a webhook; `make alert-test`.
-
-E-mail goes through `luigi.notifications.send_email`, so `[email] method`, `prefix`, `sender` and
-`[smtp]` apply as Luigi documents them. Unlike Luigi's error e-mails, an alert is sent also when
-stdout is a terminal: a long backfill started in a terminal is often left alone. `[email] format =
-none` or an empty `[email] receiver` turns e-mail alerts off. A channel that fails costs one warning
-line, nothing else.
+"""Where alerts go: e-mail through Luigi's own sender ([email], [smtp] as Luigi documents them;
+`format = none` or no receiver turns it off), and a webhook; `make alert-test`. Unlike Luigi's, an
+alert is sent also from a terminal: a long backfill started there is often left alone.
 """
 
 import contextlib
@@ -58,11 +54,8 @@ class ChannelError(Exception):
 
 
 def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> int:
-    """POST {"text": ...} (Slack's and Mattermost's incoming-webhook shape); returns the HTTP status.
-
-    The URL is a secret (its path is the credential), and requests puts it into its exception
-    messages: errors are described by their kind only.
-    """
+    """POST {"text": ...} (Slack's and Mattermost's shape); the HTTP status. The URL is a secret that
+    requests puts in its exception messages: errors are described by their kind only."""
     http = session or requests.Session()
     try:
         resp = http.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)
@@ -79,7 +72,6 @@ def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> 
 
 
 def email_channel() -> str | None:
-    """A name for the e-mail channel when one is configured, else None."""
     mail = luigi.notifications.email()
     if not mail.receiver or mail.format == "none":
         return None
@@ -108,10 +100,7 @@ def send_email(subject: str, body: str) -> None:
     logger = logging.getLogger(LUIGI_LOGGER)
     logger.addFilter(catch)
     try:
-        with (
-            config_set("email", "force_send", "true"),
-            luigi_smtp_config(),
-        ):  # also from a terminal: see the module's doc
+        with config_set("email", "force_send", "true"), luigi_smtp_config():  # also from a terminal
             luigi.notifications.send_email(subject, message, mail.sender, [mail.receiver])
     except Exception as err:
         raise ChannelError(f"{type(err).__name__}: {err}") from None
@@ -126,7 +115,7 @@ def webhook_url() -> str | None:
 
 
 def channels() -> list[tuple[str, Callable[[str, str], None]]]:
-    """[(name, send(subject, body))] for every configured channel."""
+    """(name, send(subject, body)) of every configured channel."""
     found: list[tuple[str, Callable[[str, str], None]]] = []
     name = email_channel()
     if name:
@@ -143,7 +132,7 @@ def channels() -> list[tuple[str, Callable[[str, str], None]]]:
 
 
 def deliver(summary: Summary, quiet: bool = False) -> dict[str, str | None]:
-    """Send to every channel; a dead one costs one warning line, nothing else. {name: error or None}."""
+    """{channel: error or None}; a dead channel costs one warning line."""
     subject, body = scrub(summary.subject), scrub(summary.body)
     results: dict[str, str | None] = {}
     for name, send in channels():

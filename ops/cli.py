@@ -1,8 +1,7 @@
 """The operator's commands behind `make export`, `make backfill`, `make plan` and friends.
 
-Each checks its input and the configuration before any request leaves the machine, picks the
-scheduler (SCHEDULER=auto|local|central), then hands the run to Luigi (`luigi.build`), whose
-result becomes an exit code through luigi.cfg's [retcode] (ops/luigi_run.py).
+Each checks its input and configuration before any request, picks the scheduler
+(SCHEDULER=auto|local|central) and hands the run to `luigi.build`; [retcode] makes the exit code.
 """
 
 import argparse
@@ -37,8 +36,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    # STOP is exclusive: at most today, which the nightly `STOP=$(date -u +%F)` gives. A later one
-    # is refused rather than clipped: it names days that have not ended, which no run exports.
+    # STOP is exclusive: at most today (the nightly `STOP=$(date -u +%F)`); a later one is refused, not clipped
     start = parse_day("START", args.start)
     stop = parse_day("STOP", args.stop, ": STOP is exclusive, so at most today")
     if start >= stop:
@@ -49,23 +47,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     today = utc_today()
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
     limit = args.task_limit or len(days)
-    # RangeDaily clips its start to days_back before its own now and schedules task_limit days at
-    # most; both are widened to the range so that it covers exactly [START, STOP). One day more
-    # than needed keeps START when the run crosses midnight UTC before RangeDaily reads the clock.
+    # days_back and task_limit widened to cover exactly [START, STOP); a day more keeps START past midnight UTC
+    back = (today - start).days + 2
     range_task = RangeDaily(
-        of=DayExport,
-        start=start,
-        stop=stop,
-        days_back=(today - start).days + 2,
-        task_limit=limit,
-        reverse=args.newest_first,
+        of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
     )
     with run_alert.RunAlert(args, days) as run:
         preflight()
         redone_at = heal.heal(days, say)
-        return run.finish(
-            run_luigi(args, [range_task], days, redone_at, run=run)
-        )  # non-zero when a day of the range is missing
+        return run.finish(run_luigi(args, [range_task], days, redone_at, run=run))  # non-zero when a day is missing
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
@@ -103,7 +93,6 @@ def cmd_clear_breaker(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """The solve-health report of the configured data dir, with the configured validation threshold."""
     from portal_export import report  # pandas and matplotlib: only this command needs them
 
     targets.check_store()
@@ -122,7 +111,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
 
 def show(message: str) -> None:
-    """A command's answer (make state, make prune), on stdout: errors and warnings stay on stderr."""
+    """A command's answer on stdout: errors and warnings stay on stderr."""
     print(scrub(message), flush=True)
 
 
@@ -166,36 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("retry-unsolvable", help="re-attempt a day's unsolvable regions, keeping its solved ones")
     p.add_argument("day")
     p.set_defaults(func=cmd_retry_unsolvable)
-    sub.add_parser("plan", help="compare the CaptchaAI plan with the cap and workers").set_defaults(func=cmd_plan)
-    sub.add_parser("alert-test", help="send a test message through every configured alert channel").set_defaults(
-        func=cmd_alert_test
-    )
-    sub.add_parser("clear-breaker", help="let requests with the key go out again").set_defaults(func=cmd_clear_breaker)
-    sub.add_parser("report", help="solve-health table and plot from the data dir's health files").set_defaults(
-        func=cmd_report
-    )
-    sub.add_parser(
-        "state", help="what the data dir keeps besides the outputs: count, oldest, bytes per kind"
-    ).set_defaults(func=cmd_state)
+    for name, func, text in (
+        ("plan", cmd_plan, "compare the CaptchaAI plan with the cap and workers"),
+        ("alert-test", cmd_alert_test, "send a test message through every configured alert channel"),
+        ("clear-breaker", cmd_clear_breaker, "let requests with the key go out again"),
+        ("report", cmd_report, "solve-health table and plot from the data dir's health files"),
+        ("state", cmd_state, "what the data dir keeps besides the outputs: count, oldest, bytes per kind"),
+    ):
+        sub.add_parser(name, help=text).set_defaults(func=func)
     p = sub.add_parser("prune", help="remove now what [portal] keep_state_days lets go")
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     p.set_defaults(func=cmd_prune)
     probe.add_parser(sub, parse_day)
     p = sub.add_parser("scheduler", help="start luigid in the background, on loopback unless --bind names an address")
-    p.add_argument(
-        "--bind",
-        default=luigid.LOOPBACK,
-        help="the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns",
-    )
+    bind_help = "the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns"
+    p.add_argument("--bind", default=luigid.LOOPBACK, help=bind_help)
     p.add_argument(
         "--foreground",
         action="store_true",
         help="run luigid in the foreground (for systemd: deploy/), with the state, history and log dir of the background one",
     )
     p.set_defaults(func=cmd_scheduler)
-    sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started").set_defaults(
-        func=cmd_scheduler_stop
-    )
+    p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
+    p.set_defaults(func=cmd_scheduler_stop)
     p = sub.add_parser("metrics-server", help="serve GET /metrics (Prometheus) from the data dir until stopped")
     p.add_argument("--port", default="9464", help="the port (make metrics-server METRICS_PORT=...); 0: any free one")
     p.add_argument("--bind", default=luigid.LOOPBACK, help="the address (METRICS_BIND=...); loopback by default")
@@ -220,6 +202,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctrl_c = stopping.seen(stop) == signal.SIGINT
         how = "interrupted" if ctrl_c else "stopped by SIGTERM"
         say(f"{args.command}: {how}; every day written is whole, the same command again finishes the rest")
-        if ctrl_c:
-            return INTERRUPTED
-        return TERMINATED
+        return INTERRUPTED if ctrl_c else TERMINATED

@@ -1,10 +1,7 @@
 """luigid's task history of `make scheduler` (var/luigid/history.db), kept `keep_state_days`.
 
-Luigi's DbTaskHistory writes three tables through SQLAlchemy (luigi/db_task_history.py): `tasks`
-(one row per task run), `task_events` (PENDING, RUNNING, DONE... with their `ts`, local time, as
-Luigi writes it) and `task_parameters`. Events older than the cutoff go, then the tasks left with no
-event and their parameters: in batches, each its own short transaction, so the luigid writing beside
-it waits at most one batch (SQLite's busy timeout covers that).
+Events (`ts` in local time, as Luigi writes them) older than the cutoff go, then the task runs left
+with none, with their parameters: in batches of short transactions, so luigid waits one at most.
 """
 
 from __future__ import annotations

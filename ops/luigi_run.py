@@ -1,6 +1,5 @@
-"""One Luigi run through `luigi.build(..., detailed_summary=True)`, its status mapped onto `[retcode]`
-as `luigi.retcodes.run_with_retcodes` does for the `luigi` command (which takes no
-`worker_scheduler_factory`, the hook the cap needs). The run keeps Luigi's same-command lock."""
+"""One `luigi.build(..., detailed_summary=True)`, its status mapped onto `[retcode]` as
+`luigi.retcodes.run_with_retcodes` does (which takes no `worker_scheduler_factory`, the cap's hook)."""
 
 import logging
 from collections.abc import Callable, Collection, Sequence
@@ -23,10 +22,8 @@ Status = luigi.execution_summary.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
-    """Luigi's worker, whose way out ends its task processes before it joins its keep-alive thread:
-    that waits for a ping in flight (up to stopping.PING_TIMEOUT_S from a slow or frozen luigid),
-    while the tasks would go on polling their solves. (`_running_tasks` is the 3.8.1 internal its
-    own `__exit__` reads; it ends them again, which a task process that is ending ignores.)"""
+    """Luigi's worker, ending its task processes before it joins its keep-alive thread, which may wait
+    for a ping in flight. (`_running_tasks`: the 3.8.1 internal its own `__exit__` reads.)"""
 
     def __exit__(self, *exc: Any) -> Any:
         for task in self._running_tasks.values():
@@ -36,9 +33,8 @@ class Worker(luigi.worker.Worker):
 
 
 class WorkerSchedulerFactory:
-    """Luigi's own factory, plus hooks: `on_local(scheduler)` gets the local scheduler (the cap is set on
-    it), `on_worker(worker, processes)` the worker (its process count follows the slots); `settings`
-    are this worker's `[worker]` settings (no arguments of `build`)."""
+    """Luigi's own factory, plus hooks: `on_local(scheduler)` gets the local scheduler, `on_worker(worker,
+    processes)` the worker; `settings`: this worker's `[worker]` settings."""
 
     def __init__(
         self,
@@ -46,22 +42,18 @@ class WorkerSchedulerFactory:
         on_worker: Callable[[luigi.worker.Worker, int], None] | None = None,
         **settings: object,
     ) -> None:
-        self.on_local = on_local
-        self.on_worker = on_worker
-        self.settings = settings
-        # the ids of the workers it made ("Worker(salt=..., host=..., pid=...)"): this run's among a
-        # task's workers on luigid, where hostname and pid alone may be another host's too
+        self.on_local, self.on_worker, self.settings = on_local, on_worker, settings
+        # the ids of the workers it made: with their salt, never another host's
         self.own_workers: set[str] = set()
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
-        # the arguments of Luigi's own factory (luigi.interface)
         scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
         if self.on_local is not None:
             self.on_local(scheduler)
         return scheduler
 
     def create_remote_scheduler(self, url: str) -> luigi.rpc.RemoteScheduler:
-        return stopping.RemoteScheduler(url)  # Luigi's, whose retries end when the run is told to stop
+        return stopping.RemoteScheduler(url)
 
     def create_worker(self, scheduler: Any, worker_processes: int, assistant: bool = False) -> luigi.worker.Worker:
         with helpers_die_with_worker():  # its completion cache's server, when it has one
@@ -75,9 +67,7 @@ class WorkerSchedulerFactory:
 
 
 def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
-    """The [retcode] of a run's status: the largest of the codes its kinds of trouble have, as
-    `luigi --retcode-*` chooses (a run with failed tasks and a scheduling error exits with the
-    larger of the two)."""
+    """The [retcode] of a run's status: the largest of its kinds of trouble's, as `luigi` chooses."""
     kinds: dict[str, tuple[int, ...]] = {
         "SUCCESS": (),
         "SUCCESS_WITH_RETRY": (),
@@ -95,8 +85,7 @@ def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
 
 
 def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:
-    """The run's [retcode]: its status's, or `not_run` when nothing went wrong yet the asked-for
-    tasks are not complete (the worker ended while others held them, say)."""
+    """The status's [retcode], or `not_run` when nothing went wrong yet the tasks are not complete."""
     code = status_code(status, codes)
     return codes.not_run if code == 0 and not roots_complete else code
 
@@ -110,21 +99,15 @@ def run(
     workers: int | None = None,
     lock: bool = True,
 ) -> int:
-    """Run `tasks` (the local scheduler when `scheduler_url` is None); the [retcode] of the run.
-    `lock=False` for a second run in the same process, which holds Luigi's same-command lock already."""
+    """Run `tasks` (on the local scheduler without `scheduler_url`); its [retcode]. `lock=False`: a
+    second run in a process that holds Luigi's same-command lock already."""
     codes = luigi.retcodes.retcode()
-    where: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
+    options: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
+    options.update(worker_scheduler_factory=factory, detailed_summary=True, no_lock=not lock, lock_pid_dir=lock_dir)
     if workers:
-        where["workers"] = workers
+        options["workers"] = workers
     try:
-        result = luigi.build(
-            list(tasks),
-            worker_scheduler_factory=factory,
-            detailed_summary=True,
-            no_lock=not lock,
-            lock_pid_dir=lock_dir,
-            **where,
-        )
+        result = luigi.build(list(tasks), **options)
         roots_complete = all(task.complete() for task in tasks)
     except luigi.interface.PidLockAlreadyTakenExit:
         return int(codes.already_running)
@@ -139,12 +122,9 @@ def run(
 
 
 def let_go(url: str, own_workers: Collection[str]) -> None:
-    """Hand back to luigid the tasks this process's workers were running when the run was told
-    to stop, each pending again: the next run (or another host's) runs them at once, rather than
-    after luigid takes the worker for dead ([scheduler] worker_disconnect_delay) and retry_delay
-    more. Luigi lets only the worker running a task end it (as failed); with retry_count = 1 that
-    disables it, so it is re-enabled and its failure forgiven. luigid gone or silent: nothing to
-    tell (each RPC now makes one short attempt)."""
+    """Hand this process's running tasks back to luigid as the run stops, pending again, so the next
+    run needn't wait for luigid to take the worker for dead. Only their worker may end them (as
+    failed, which disables them): so re-enabled, their failure forgiven."""
     sched: Any = stopping.RemoteScheduler(url)
     try:
         for task_id, task in sched.task_list("RUNNING", "").items():

@@ -1,11 +1,8 @@
-"""`make scheduler` / `make scheduler-stop`: luigid on loopback (or the address the operator names),
-its state and task history in var/. `python -m ops scheduler --foreground` runs the same luigid in the
-foreground, for a service manager (deploy/portal-export-luigid.service). (luigid in the foreground on a
-free port, for the tests, the demos and the bench, is sandbox/luigid.py.)
+"""`make scheduler` / `make scheduler-stop`: luigid on loopback (or a named address), its state and
+task history in var/; `--foreground` for a service manager (deploy/portal-export-luigid.service).
 
-Only luigid's own config sets the captchaai cap for runs that use it, so its config is written
-from the effective client config ([resources], [scheduler]) at every start: one place to size
-the cap. luigid runs with its home as its working directory so it reads nothing else.
+luigid's config sets the captchaai cap for its runs, so it is written from the client config at every
+start: one place to size the cap. luigid runs in its home, so it reads no other config.
 """
 
 import configparser
@@ -33,8 +30,6 @@ VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 LOOPBACK = "127.0.0.1"
 PROXY_SECTION = 'docs/operations.md "luigid on a network, behind a proxy"'  # named in the warning
-
-
 LUIGID = Path(sys.executable).with_name("luigid")
 # luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md)
 METRICS_IMPORT = "ops.luigid_metrics.LuigidMetrics"
@@ -43,9 +38,7 @@ S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_tok
 
 
 def remote(url: str) -> Any:
-    """luigid's RPCs (task_list, re_enable_task, resource_list, update_resource, ...): RemoteScheduler
-    gets them from Scheduler's rpc methods at import, so a type checker sees none of them. Their
-    retries end when the run is told to stop (ops/stopping.py)."""
+    """luigid's RPCs (Any: RemoteScheduler makes them at import), whose retries end at a stop."""
     return stopping.RemoteScheduler(url)
 
 
@@ -64,8 +57,7 @@ def luigid_config(
     cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
     cfg["scheduler"].setdefault("metrics_collector", "custom")
     cfg["scheduler"].setdefault("metrics_custom_import", METRICS_IMPORT)
-    # what the portal_export_* metrics read: the data dir (absolute: luigid runs in its home) and
-    # the numbers they are compared with
+    # what the portal_export_* metrics read
     portal = config.portal()
     cfg["portal"] = {
         "data_dir": data_dir(),
@@ -79,8 +71,7 @@ def luigid_config(
     cfg["scheduler"]["state_path"] = str(home / "state.pickle")
     if history:
         cfg["task_history"] = {"db_connection": f"sqlite:///{home / 'history.db'}"}
-    # luigid sends no e-mail ("DISABLED ... due to excessive failures", batch digests), whatever
-    # /etc/luigi says: a run that leaves work missing sends its one alert itself.
+    # luigid sends no e-mail, whatever /etc/luigi says: a run that leaves work missing alerts itself
     cfg["email"] = {"format": "none"}
     for section, keys in (extra or {}).items():  # what an operator's /etc/luigi might add
         if not cfg.has_section(section):
@@ -95,7 +86,7 @@ def luigid_config(
 
 
 def data_dir() -> str:
-    """The data dir, as luigid (in its own working directory) must be told it."""
+    """The data dir, absolute: luigid runs in its own working directory."""
     where = config.data_dir_text()
     return where if targets.is_remote(where) else str(Path(where).resolve())
 
@@ -121,8 +112,8 @@ def running_pid() -> int | None:
 
 
 def listen_addresses(bind: str, port: int) -> list[str]:
-    """The addresses luigid will listen on for `bind` (as tornado resolves it: every address the
-    name has), each checked free to bind now. OSError (its strerror says why) when one is not."""
+    """The addresses luigid will listen on for `bind` (every one the name has, as tornado binds),
+    each checked free now; OSError when one is not."""
     infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     for family, kind, proto, _, sockaddr in infos:
         with socket.socket(family, kind, proto) as probe:
@@ -140,8 +131,8 @@ def reach(bind: str, port: int) -> str:
 def _can_start(
     url: str, say: Callable[[str], None], bind: str, pid: int | None = None
 ) -> tuple[str, int, list[str]] | int:
-    """(the URL to reach it at, its port, the addresses it will listen on) for a luigid on `bind` and the
-    port of `url` (LUIGI_SCHEDULER_URL, which may name a proxy); its private dirs made. Else an exit code."""
+    """(URL to reach it at, port, addresses) for a luigid on `bind` and the port of `url` (which may
+    name a proxy), its private dirs made; else an exit code."""
     port = urlsplit(url).port or 8082
     local = reach(bind, port)
     if pid or answers(local):
@@ -152,8 +143,7 @@ def _can_start(
     except OSError as err:
         say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
         return 2
-    # luigid daemonizes with umask 0: its pickle (loaded at its next start), history and logs
-    # would be world-writable. Directories only the operator can enter keep them private.
+    # luigid daemonizes with umask 0: private directories keep its pickle, history and logs private
     for private in (VAR / "luigid", VAR / "log"):
         private.mkdir(parents=True, exist_ok=True)
         private.chmod(0o700)
@@ -161,7 +151,7 @@ def _can_start(
 
 
 def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
-    """luigid in the background on `bind`. Beyond loopback it warns, once."""
+    """luigid in the background on `bind`; beyond loopback it warns."""
     ready = _can_start(url, say, bind, running_pid())
     if isinstance(ready, int):
         return ready
@@ -190,10 +180,8 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
     return 1
 
 
-# luigid's log in the foreground: a WatchedFileHandler reopens it once logrotate has moved it away
-# (deploy/logrotate: nocreate), so no line is lost or written to a file already rotated and compressed.
-# The loggers that exist before luigid reads this are named, or fileConfig disables them. A request
-# is logged only when it fails (tornado.access at WARNING): workers call luigid several times a second.
+# luigid's foreground log: WatchedFileHandler reopens it after logrotate (nocreate) moves it. Loggers
+# that exist before are named, or fileConfig disables them; tornado.access logs failed requests only.
 FOREGROUND_LOGGING = """\
 # Written by `python -m ops scheduler --foreground`.
 [loggers]
@@ -237,9 +225,8 @@ format = %(asctime)s %(name)s[%(process)s] %(levelname)s: %(message)s
 
 
 def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
-    """luigid in the foreground, in place of this process (a service manager's main process gets
-    its signals): the config, state, task history and log directory of `start`; its log in
-    var/log/luigid.log, reopened after logrotate moves it. Returns only when it cannot start."""
+    """luigid exec'd in place of this process (a service manager's signals reach it), with `start`'s
+    config, state and history, its log var/log/luigid.log. Returns only when it cannot start."""
     ready = _can_start(url, say, bind)
     if isinstance(ready, int):
         return ready

@@ -1,9 +1,6 @@
-"""`make metrics-server`, and the collector luigid's `/metrics` shares with it (`ops/luigid_metrics.py`).
-
-The values are `portal_export.metrics` read from the configured data dir at scrape time; this
-module only turns them into `prometheus_client` families. A scrape that cannot read the store
-still answers: `portal_export_store_up 0` and no other `portal_export_*` value, so an alert can
-say "the store" rather than "the target is down".
+"""`make metrics-server`, and the collector luigid's `/metrics` shares (`ops/luigid_metrics.py`):
+`portal_export.metrics` of the data dir at scrape time, as `prometheus_client` families. A scrape
+that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store.
 """
 
 from __future__ import annotations
@@ -28,14 +25,11 @@ from tasks import config, targets
 from . import retention_run
 
 log = logging.getLogger(__name__)
-
-# A scrape waits this long for an object store that does not answer (a run waits [portal]
-# store_retry_s): Prometheus's own scrape timeout is 10 s by default.
-STORE_RETRY_S = 3.0
+STORE_RETRY_S = 3.0  # a scrape's wait for an object store that does not answer: Prometheus's timeout is 10 s
 
 
 def settings() -> Settings:
-    """The configured numbers the metrics compare with (luigi.cfg, the layered file, the environment)."""
+    """The configured numbers the metrics compare with."""
     days = config.portal().metrics_window_days
     if days < 1:
         raise config.ConfigError(f"[portal] metrics_window_days = {days}: give at least 1")
@@ -56,7 +50,7 @@ KEY_UNKNOWN = (
 
 
 def data_store() -> Store:
-    """The data dir's store for scrapes: as a run's (`targets.store`), with a short outage bound."""
+    """The data dir's store, with a short outage bound for scrapes."""
     return targets.store_at(config.data_dir_text(), STORE_RETRY_S)
 
 
@@ -94,8 +88,7 @@ class PortalExportCollector(Collector):
 
 
 def configured(warn: bool = True) -> Metrics:
-    """The metrics of the configured data dir; `warn`: log once that the key in use is not known
-    (luigid's collector; `make metrics-server` says so as it starts)."""
+    """The metrics of the configured data dir; `warn`: log when the key in use is not known."""
     found = settings()
     if warn and found.breakers_in_use is None:
         log.warning("metrics: %s", KEY_UNKNOWN)
@@ -107,14 +100,14 @@ def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
 
 
 def registry() -> CollectorRegistry:
-    """A registry of the portal_export collector alone (no process or Python metrics of the server)."""
+    """A registry of the portal_export collector alone (no process or Python metrics)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(PortalExportCollector(lambda: configured(warn=False)))
     return reg
 
 
 def parse_port(text: str) -> int:
-    """METRICS_PORT: 0 (any free port, said at start) to 65535; ValueError with the reason otherwise."""
+    """METRICS_PORT: 0 (any free port) to 65535; else ValueError."""
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
         raise ValueError(f"METRICS_PORT={text!r}: give a port number from 1 to 65535 (0: any free port)")
     return int(text)

@@ -1,8 +1,5 @@
-"""`make state`, `make prune [DRY_RUN=1]`, and the share of pruning every run does at its end.
-
-What may go is decided in `portal_export.retention` (the store's state) and `ops.history`
-(luigid's task history); this module gives them the configuration: `[portal] keep_state_days`,
-the runs with a heartbeat, and the breakers of the credentials in use now.
+"""`make state`, `make prune [DRY_RUN=1]`, and every run's share of pruning: the configuration for
+`portal_export.retention` (the store's state) and `ops.history` (luigid's task history).
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ def keep_s() -> float:
 
 
 def breakers_in_use() -> set[str] | None:
-    """The breaker names of the key and login configured here; None when the key is not set (a
-    breaker of a key that is not known here may be the one in use: it stays)."""
+    """The breaker names of the key and login configured here; None when the key is not set."""
     key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
     if not key:
         return None
@@ -43,12 +39,11 @@ def breakers_in_use() -> set[str] | None:
 
 
 def policy() -> Policy:
-    store = targets.store()
-    return Policy(time.time(), keep_s(), retention.live_runs(store), breakers_in_use())
+    return Policy(time.time(), keep_s(), retention.live_runs(targets.store()), breakers_in_use())
 
 
 def nightly() -> None:
-    """A run's share, after its work: a bounded batch (retention.prune_some). Never fails the run."""
+    """A run's share after its work: a bounded batch. Never fails the run."""
     try:
         done = retention.prune_some(targets.store(), policy())
     except Exception as err:  # a store that is down now: the next run prunes
@@ -65,7 +60,6 @@ def _when(t: float | None) -> str:
 
 
 def cmd_state(say: Callable[[str], None]) -> int:
-    """One line per kind: how many, the oldest, the bytes."""
     from . import history  # SQLAlchemy: only make state and make prune read luigid's history
 
     targets.check_store()
@@ -93,7 +87,6 @@ def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
     store = targets.store()
     rules = policy()
     verb = "would remove" if dry_run else "removed"
-
     shown: dict[str, int] = {}
 
     def said(kind: Kind, gone: list[str]) -> None:

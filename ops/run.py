@@ -42,11 +42,8 @@ def scheduler_url() -> str:
 
 
 def choose_scheduler() -> str | None:
-    """The central scheduler's URL when SCHEDULER asks for it (and it answers); None: the local one.
-
-    A proxy that refuses the URL's credentials (or their absence) is a configuration error, also
-    with SCHEDULER=auto: falling back to a local scheduler would drop the cap shared across runs.
-    """
+    """The central scheduler's URL when SCHEDULER asks for it and it answers; None: the local one. A
+    proxy refusing the credentials is an error, also when auto: a local one would drop the shared cap."""
     mode = os.environ.get("SCHEDULER") or "auto"
     if mode not in ("auto", "local", "central"):
         raise UsageError(f"SCHEDULER={mode!r}: use auto, local or central")
@@ -78,25 +75,20 @@ def choose_scheduler() -> str | None:
     return None
 
 
-def worker_count(args: argparse.Namespace) -> int:
-    return args.workers or luigi.interface.core().workers
-
-
 def check_args(args: argparse.Namespace) -> None:
-    """What can be refused in one line without a request: the arguments and the configuration."""
+    """The arguments and configuration, refused in one line before any request."""
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
     config.regions()
     config.api_key()
-    retention_run.keep_s()  # a keep_state_days that cannot work is said now, not at the run's end
+    retention_run.keep_s()  # said now, not at the run's end
     heal.after_s()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
 
 
 def preflight() -> None:
-    """The portal login, before any request to CaptchaAI. Inside the run's alert: a night whose
-    login is refused (a changed or expired password) is a night that failed."""
+    """The portal login, before CaptchaAI is asked; inside the run's alert: a refused login fails the night."""
     check_login(config.captchaai().http_timeout_s, say)
 
 
@@ -111,16 +103,13 @@ def luigid_cap(url: str) -> int:
 def plan_check(
     args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
 ) -> tuple[list[str], steward.PlanSeen | None]:
-    """Compare plan threads with the cap and workers; returns the problems (printed) and the reading
-    (None when CaptchaAI did not answer), which `run`'s alert notes too.
-
-    With a central scheduler at `url` the cap compared is luigid's, the one that holds.
-    """
+    """Compare plan threads with the cap (luigid's, with a central scheduler) and workers: the problems
+    (printed) and the reading (None when CaptchaAI did not answer), which `run`'s alert notes too."""
     if url:
         cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
     else:
         cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
-    workers = worker_count(args)
+    workers = args.workers or luigi.interface.core().workers
     try:
         threads, working = make_solver().threads()
     except ExportError as err:
@@ -146,9 +135,8 @@ def plan_check(
 
 
 def log_to_stderr() -> None:
-    """Luigi's default logging covers its own logger only: the project's lines (task ids, retries,
-    busy plan threads) would be lost below WARNING and printed bare above. An operator's
-    [core] logging_conf_file decides instead."""
+    """The project's log lines on stderr (Luigi's default logging covers its own logger only), unless
+    the operator's [core] logging_conf_file decides."""
     core = luigi.interface.core()
     if core.logging_conf_file:
         return
@@ -163,15 +151,8 @@ def log_to_stderr() -> None:
 
 
 def lock_dir() -> Path:
-    """Where Luigi's same-command lock lives: one directory per data dir on this host, for this user.
-
-    Luigi refuses a second process with the same command line while one runs (exit
-    already_running). Its default, /tmp/luigi, is machine-wide, so runs into other data dirs
-    (another account, another config, a parallel test) would block each other. The lock is a pid
-    file, and pids mean something on one host only: in the shared data dir, a host would read
-    another host's pid as one of its own processes (PID namespaces make that certain), so the
-    directory is host-local, named for the data dir.
-    """
+    """Luigi's same-command lock directory: per data dir, user and host. Luigi's /tmp/luigi would make
+    runs into other data dirs block each other, and its pid files mean something on one host only."""
     where = hashlib.sha256(targets.where().encode()).hexdigest()[:16]
     base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
@@ -189,12 +170,8 @@ def run_luigi(
     redone_at: float | None = None,
     run: run_alert.RunAlert | None = None,
 ) -> int:
-    """Luigi's exit code for the run of `tasks` (which make `days`); 0 for tasks another run
-    completed in the meantime.
-
-    `redone_at`: when the newest task made incomplete on purpose (retry-unsolvable) had finished;
-    `run`: the alert around the run, which notes a busy plan at its start.
-    """
+    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them.
+    `redone_at`: when the newest task made incomplete on purpose had finished."""
     log_to_stderr()
     url = choose_scheduler()
     _, seen = plan_check(args, url=url, run=run)
@@ -222,10 +199,8 @@ def run_luigi(
                 done=lambda: all_complete(days),
             )
     retention_run.nightly()  # the run's bounded share of removing old state
-    # The worker ends early when tasks of these days run in another run's worker (on luigid): its
-    # status then says nothing went wrong, or "not granted run permission" for tasks done by
-    # then; either way the asked-for tasks are not complete (not_run). What this run was asked for
-    # is the days: wait for the other run's tasks, then judge by the days' outputs.
+    # The worker ends early (not_run) when another run's worker has these days' tasks on luigid:
+    # wait for those, then judge by the days' outputs.
     if code and code in (codes.already_running, codes.not_run):
         if url:
             settle(False)
@@ -243,15 +218,13 @@ def run_luigi(
 def export_day(
     args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None] | None = None
 ) -> int:
-    """DayExport for one day, in a run with its summary and alert; `set_aside()` first, after the
-    preflight, returns when the newest task it made incomplete on purpose had finished."""
+    """DayExport for one day, with its summary and alert; `set_aside()` (after the preflight) returns
+    when the newest task it made incomplete on purpose had finished."""
     with run_alert.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None
         code = run_luigi(args, [DayExport(day)], [day], redone_at, run)
         if DayExport(day).complete():
-            store = targets.store()
-            say(
-                f"export: {store.location(store_keys.day_records(day))} and {store.location(store_keys.day_health(day))}"
-            )
+            where = targets.store().location
+            say(f"export: {where(store_keys.day_records(day))} and {where(store_keys.day_health(day))}")
         return run.finish(code)  # non-zero when the day is missing

@@ -1,9 +1,7 @@
 """One alert per run that leaves asked-for work missing, and the progress and summary lines of every run.
 
-The facts come from the data dir (day files, failure records, failed.health.json, breaker files),
-so they are the same under the local scheduler and luigid, where tasks run in other processes.
-Luigi's own per-task e-mails stay off while Luigi runs: the run's one summary replaces them. Where
-the alert goes: `alert_channels.py`.
+The facts come from the data dir, so they are the same under the local scheduler and luigid. Luigi's
+own e-mails stay off: the run's one summary replaces them. Where the alert goes: `alert_channels.py`.
 """
 
 import argparse
@@ -34,11 +32,8 @@ NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended 
 
 
 def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
-    """No e-mail from Luigi itself while it runs in this process: not the worker's per-task
-    "FAILED" mails (also off by `[worker] send_failure_email = false`), not its "framework error"
-    mails (sent whatever that key says), not the local scheduler's "DISABLED ... due to excessive
-    failures" mails. No receiver, rather than `format = none`: Luigi then skips each without a log
-    line. luigid's config turns its own mails off (ops/luigid.py)."""
+    """No e-mail from Luigi in this process (per-task, framework-error and DISABLED mails alike). No
+    receiver rather than `format = none`: Luigi then skips each without a log line."""
     return config_set("email", "receiver", "")
 
 
@@ -48,7 +43,6 @@ def complete_days(days: Sequence[datetime.date]) -> set[datetime.date]:
 
 
 def rerun_command(args: argparse.Namespace) -> str:
-    """The make command that asks for the same work again."""
     if args.command == "backfill":
         command = f"make backfill START={args.start} STOP={args.stop}"
         command += " NEWEST_FIRST=1" if args.newest_first else ""
@@ -66,7 +60,7 @@ def read_json(key: str) -> Any:
 
 
 def failure_code(key: str, since: float, written: dict[str, float]) -> str:
-    """The record's code, marked when it was `written` (the store's clock) before `since` (the same clock)."""
+    """The record's code, marked when `written` before `since` (both the store's clock)."""
     record = read_failure(targets.store(), key)
     if record is None:
         return NOT_RUN
@@ -75,14 +69,11 @@ def failure_code(key: str, since: float, written: dict[str, float]) -> str:
 
 
 def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> alert_text.MissingDay:
-    """What is missing of `day`, its failure records older than `since` (the store's clock) marked so."""
+    """What is missing of `day`, its failure records older than `since` marked so."""
     health = read_json(store_keys.failed_health(day))
     if health is not None and "unsolvable_ratio" in health:
-        return alert_text.MissingDay(
-            day,
-            unsolvable_ratio=float(health["unsolvable_ratio"]),
-            unsolvable_regions=health.get("unsolvable_regions", ()),
-        )
+        ratio, unsolvable = float(health["unsolvable_ratio"]), health.get("unsolvable_regions", ())
+        return alert_text.MissingDay(day, unsolvable_ratio=ratio, unsolvable_regions=unsolvable)
     written = targets.store().written(store_keys.failures_prefix(day))[0]
     failed = {
         region: failure_code(store_keys.region_failure(day, region), since, written)
@@ -96,7 +87,7 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> ale
 
 
 def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
-    """Host -> failure code -> tasks, from the failure records of the missing days (each names its host)."""
+    """Host -> failure code -> tasks, from the missing days' failure records."""
     seen: dict[str, dict[str, int]] = {}
     for m in missing:
         keys = [store_keys.region_failure(m.day, region) for region in m.failed_regions]
@@ -123,12 +114,7 @@ def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date
 
 
 class RunAlert:
-    """Around one run: progress lines while it goes, then the summary and, if it is due, the alert.
-
-    with RunAlert(args, days) as run:
-        code = run_luigi(...)
-        return run.finish(code)
-    """
+    """Around one run: progress lines while it goes, then (`finish(code)`) the summary and any alert."""
 
     def __init__(self, args: argparse.Namespace, days: Sequence[datetime.date]) -> None:
         self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
@@ -170,7 +156,7 @@ class RunAlert:
                     say(alert_text.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
 
     def note_plan(self, threads: int, working: int) -> None:
-        """The plan check at the run's start: every thread working means other consumers hold them all."""
+        """Every thread working at the start: other consumers hold them all."""
         if working >= threads:
             self.busy_plan = (threads, working)
 
@@ -206,12 +192,12 @@ class RunAlert:
 
     @staticmethod
     def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
-        """Which host saw which failure, when another host than this one saw any (the footer names this one)."""
+        """Which host saw which failure, when another host saw any (the footer names this one)."""
         seen = failures_by_host(missing)
         return seen if set(seen) - {socket.gethostname()} else {}
 
     def finish(self, code: int, stopped: str | None = None) -> int:
-        """Print the summary, send the alert when one is due; the run's exit code (non-zero when a day is missing)."""
+        """Print the summary and send any alert due; the exit code (non-zero when a day is missing)."""
         self._stop_watching()
         self.finished = True
         facts = self.facts(code, stopped)
@@ -226,10 +212,9 @@ class RunAlert:
     def send_once(self, facts: alert_text.RunFacts, summary: alert_text.Summary) -> None:
         """Deliver the alert unless another host of the same run did (portal_export/alert_claim.py)."""
         fingerprint = alert_claim.fingerprint(facts, summary.kind)
+        host = socket.gethostname()
         try:
-            claim = alert_claim.claim(
-                targets.store(), fingerprint, self.started_store, socket.gethostname(), current_run()
-            )
+            claim = alert_claim.claim(targets.store(), fingerprint, self.started_store, host, current_run())
         except (OSError, ValueError, StoreError) as err:  # the store cannot say: twice rather than never
             say(f"warning: could not check whether another host sent this alert ({type(err).__name__}): sending it")
         else:

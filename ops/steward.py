@@ -1,19 +1,11 @@
 """The Luigi side of the cap that follows the plan (portal_export.governor decides the number).
 
-The cap in force is the `captchaai` resource of the scheduler that grants the slots: luigid's,
-set through its `update_resource` RPC (the one the visualiser's Resources page uses), or the local
-scheduler's, in this process. Luigi creates the local scheduler inside the run; its documented hook
-for that is `luigi.build`'s `worker_scheduler_factory` (ops/luigi_run.py), which hands the
-scheduler over.
-
-The scheduler's total is that cap plus one slot per region that waits (a backoff, a busy plan:
-`portal_export.gate`), over all hosts; the gate before each submit keeps solves in flight at the
-cap, which `_state/cap.json` publishes to the tasks of every host with the time of each reading.
-
-Every run beats in the data dir's store (`portal_export.runs`). Several runs, on one host or many,
-may share one luigid: only the holder of the lease (`portal_export.lease`, keyed by the scheduler's
-URL) sets its cap; the others take over when it ends or its host dies. The last run out puts the
-configured cap back.
+The cap is the scheduler's `captchaai` resource: luigid's (its `update_resource` RPC) or the local
+scheduler's, handed over by `luigi.build`'s `worker_scheduler_factory` (ops/luigi_run.py). Its total
+is the cap plus one slot per region that waits (`portal_export.gate`), over all hosts; the gate
+before each submit keeps solves at the cap, published in `_state/cap.json`. Runs sharing one luigid
+beat in the store (`portal_export.runs`): only the lease holder (`portal_export.lease`) sets the
+cap, the others take over when it ends or dies, and the last run out puts the configured cap back.
 """
 
 from __future__ import annotations
@@ -59,14 +51,14 @@ FRESH_S = 5.0  # a plan check this young is the governor's first reading: one th
 
 @dataclasses.dataclass(frozen=True)
 class PlanSeen:
-    """The plan as the run's plan check read it: (threads, working), and when (time.monotonic)."""
+    """The run's plan check: (threads, working), and when (time.monotonic)."""
 
     threads: int
     working: int
     at: float = dataclasses.field(default_factory=time.monotonic)
 
     def fresh(self) -> tuple[int, int] | None:
-        """The reading while it is young enough to stand for the governor's first; else None."""
+        """The reading while young enough to be the governor's first; else None."""
         return (self.threads, self.working) if time.monotonic() - self.at < FRESH_S else None
 
 
@@ -89,10 +81,8 @@ class LocalCap:
 
 
 class WorkerCount:
-    """The run's Luigi worker: its process count follows the slots (at most [core] workers). With
-    spare processes Luigi's worker asks the scheduler for work every `wait_interval` while all slots
-    are taken, which costs luigid CPU; with none it waits for a task to end, and asks again when a
-    slot is lent."""
+    """The run's Luigi worker: its process count follows the slots (at most [core] workers), since a
+    spare process asks the scheduler for work every `wait_interval`, which costs luigid CPU."""
 
     def __init__(self) -> None:
         self.worker: Any = None
@@ -125,24 +115,19 @@ def _scheduler_key(url: str) -> str:
 
 
 def lend_every_s(store: Store) -> float:
-    """How often the owner counts the regions that wait: a LIST each, so less often on an object
-    store, whose LISTs cost the store's CPU that the solves' requests need too."""
+    """How often the owner counts the regions that wait: a LIST each, costly on an object store."""
     return LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
 
 
 class Steward:
-    """Keeps the scheduler's captchaai total at the cap in force plus the regions that wait, when this
-    run owns the cap; follows the plan with a Governor (follow_plan = true) or keeps the configured cap;
-    restores the configured total when the last run ends."""
+    """Keeps the scheduler's captchaai total at the cap plus the regions that wait while this run owns
+    the cap (a Governor's, or the configured one); the last run out restores the configured total."""
 
     def __init__(self, url: str | None, seen: tuple[int, int] | None = None, follow: bool = True) -> None:
         cfg = config.captchaai()
-        self.url = url
-        self.seen = seen
-        self.follow = follow
+        self.url, self.seen, self.follow = url, seen, follow
         self.configured = configured_cap()
-        store = targets.store()
-        self.store = store
+        self.store = store = targets.store()
         self.run = current_run()
         self.key = _scheduler_key(url or "local")
         # verdicts on other hosts' runs kept a second: the lender's look is a LIST, not also a GET per host
@@ -153,12 +138,10 @@ class Steward:
         self.waiting = Waiting(store, self.runs, self.run)
         self.cap_file = CapInForce(store, self.runs)
         self._read: tuple[int, float] | None = None  # the cap in force and when it was read, as published
-        self.local = LocalCap()
-        self.workers = WorkerCount()
+        self.local, self.workers = LocalCap(), WorkerCount()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
-        self.every_s = cfg.plan_every_s
-        self.spare = cfg.spare_threads
+        self.every_s, self.spare = cfg.plan_every_s, cfg.spare_threads
         self.heartbeat_s = heartbeat_s(cfg.plan_every_s)
         self.lend_every_s = lend_every_s(store)
         self.cap: int | None = None
@@ -185,12 +168,12 @@ class Steward:
         self.caplog.note(cap, self.configured, reason, self.run)
 
     def on_read(self, cap: int) -> None:
-        """Every answered reading: solves refused as busy wait for one made after their refusal."""
+        """Solves refused as busy wait for a reading made after their refusal."""
         self._read = (cap, time.time())
         self.cap_file.write(*self._read, self.run)
 
     def blocked(self, reason: str | None) -> None:
-        """Past the deadline with no usable thread: let the waiting regions start, to fail with PLAN_BUSY."""
+        """No usable thread by the deadline: the waiting regions start, to fail with PLAN_BUSY."""
         self.caplog.set_busy(reason)
         self._busy = reason is not None
         if reason is not None:
@@ -198,8 +181,7 @@ class Steward:
         self._apply()
 
     def _apply(self) -> None:
-        """The scheduler's total: the cap in force, plus a slot lent to each region that waits (the gate
-        before each submit keeps solves at the cap)."""
+        """The scheduler's total: the cap in force plus a slot lent to each region that waits."""
         with self._slots:
             cap = self.configured if self._busy or self.cap is None else self.cap
             total = cap + self._lent
@@ -211,17 +193,15 @@ class Steward:
                     log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
 
     def _lend(self, stop: threading.Event) -> None:
-        """Follow the count of regions that wait, on every host, in the scheduler's total, until `stop`."""
         while not stop.wait(self.lend_every_s):
             with forksafe.guard:  # a LIST, and setting luigid's total talk HTTP and may log: no fork in the middle
                 if stop.is_set():
                     return  # stopped while waiting for the guard: by the heartbeat, stepping down
                 try:
                     lent = self.waiting.count()
-                    if lent == self._lent:
-                        continue
-                    self._lent = lent
-                    self._apply()
+                    if lent != self._lent:
+                        self._lent = lent
+                        self._apply()
                 except Exception:  # luigid or the store did not answer: the next look tries again
                     log.exception("cap: could not lend slots to the regions that wait")
                     self._total = None
@@ -257,15 +237,12 @@ class Steward:
     def _step_down(self) -> None:
         """Another run holds the lease now (this one was taken for dead): stop setting the cap."""
         log.warning("cap: run %s took the cap over (%s); this run stops setting it", self.lease.holder(), self.where)
-        # Stopped, not joined: this thread holds forksafe.guard, which both wait for; they check
-        # their stop under it, so neither sets anything once this returns.
+        # Not joined: this thread holds forksafe.guard, under which both check their stop.
         self._lend_stop.set()
         if self.governor is not None:
             self.governor.stop(wait=False)
             self.governor = None
-        self._read = None
-        self._total = None
-        self._owner = False
+        self._read, self._total, self._owner = None, None, False
 
     def _take_over(self) -> None:
         if not self._try_own():
@@ -278,7 +255,7 @@ class Steward:
         log.warning("cap: run %s took over the cap (%s): run %s that set it %s", self.run, self.where, before, how)
 
     def _keep(self) -> None:
-        """Every heartbeat: beat; the owner checks it still holds the lease, the others take over a dead one's."""
+        """Every heartbeat: beat; the owner checks its lease, the others take over a dead one's."""
         while not self._stop.wait(self.heartbeat_s):
             with forksafe.guard:  # store requests and logging: no fork in the middle
                 try:
@@ -316,8 +293,7 @@ class Steward:
         others = self.runs.prune_dead(self.key)
         if not self.url or others:
             return
-        # The last run out: luigid keeps the configured cap until a run follows the plan again. A
-        # run that does not own the cap does it too when the owner died and nobody took over yet.
+        # The last run out puts the configured cap back; a non-owner too when the owner died untaken.
         if not self._owner and not self.lease.acquire():
             return
         if self.follow and self.cap != self.configured:
@@ -330,23 +306,14 @@ class Steward:
 def plan_client() -> CaptchaAI:
     """The client that reads threadsinfo: the tasks' key and breaker (an open breaker keeps the cap)."""
     key = config.api_key()
-    return CaptchaAI(
-        key,
-        config.api_base(),
-        http_timeout_s=config.captchaai().http_timeout_s,
-        breaker=KeyBreaker(targets.store(), key),
-    )
+    timeout = config.captchaai().http_timeout_s
+    return CaptchaAI(key, config.api_base(), http_timeout_s=timeout, breaker=KeyBreaker(targets.store(), key))
 
 
 @contextlib.contextmanager
 def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[WorkerSchedulerFactory]:
-    """Around a run: the worker_scheduler_factory that keeps its captchaai total at the cap in force
-    (following the plan, or the configured cap) plus the regions that wait. `seen`: the run's plan
-    check, its governor's first reading while fresh.
-
-    Its workers keep alive: a run that finds every captchaai slot taken (on luigid, by other runs;
-    locally, held back by the cap) waits its turn instead of exiting with regions unrun.
-    """
+    """Around a run: the worker_scheduler_factory whose scheduler a Steward keeps. `seen`: the run's
+    plan check. Its workers keep alive: a run finding every slot taken waits rather than exits."""
     os.environ[RUN_STARTED] = str(time.time())
     os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:
@@ -391,7 +358,7 @@ def describe(url: str | None, threads: int, working: int) -> str:
         f"cap: {target} of {configured} configured, following the plan "
         f"({why(configured, cfg.spare_threads, reading)}; {reading.own} solves of ours in flight)"
     )
-    last = CapLog(targets.store()).last()
+    last = CapLog(store).last()
     if last is not None:
         line += f"; last change: cap {last['cap']} by {last.get('run', '?')}: {last['reason']}"
     return line

@@ -1,23 +1,13 @@
 """A run that ends promptly on SIGTERM or Ctrl-C, also while luigid does not answer.
 
-Both signals end a run as Ctrl-C always did: a `Stopped` (a KeyboardInterrupt, so Luigi's worker
-ends its task processes on the way out) unwinds the run, and the `finally` blocks on its way
-release what the run holds in the data dir: its solves' in-flight marks, its heartbeat, the cap it
-set. What made that slow or unreliable, each handled here:
-
-- Luigi's RPCs retry 3 times, 30 s apart (`[core] rpc_retry_attempts`, `rpc_retry_wait`), and the
-  worker joins its keep-alive thread, whose ping may be in those retries, before it ends: after
-  the signal a `RemoteScheduler` here makes no further attempt and waits for nothing.
-- With workers > 1 the solves run in task processes, which Luigi's worker ends with SIGTERM on
-  its way out (a terminal's Ctrl-C reaches them itself). A forked process ends at once, quietly;
-  within its task's run, the stop unwinds the solve first, its in-flight mark released
-  (tasks/process.py). Raised anywhere else, Luigi or multiprocessing would print it, or a child
-  caught between its task and its exit would unwind into its worker's code.
-- Python drops an exception raised in a fork hook or a `__del__` ("Exception ignored in"), and
-  Luigi's local scheduler catches every exception where it records task history, logging it with
-  its traceback: until the run has been seen to stop, the signal is sent again every tenth of a second
-  (ignored once the run unwinds), a stop that lands while this process forks (in the fork hooks of
-  `logging` and others) waits for the next one, and a `Stopped` Luigi swallowed is not logged.
+Both raise `Stopped` (a KeyboardInterrupt: Luigi's worker ends its task processes), whose `finally`
+blocks release the run's in-flight marks, heartbeat and cap. Made prompt and reliable here:
+- after the signal, `RemoteScheduler` makes no further RPC attempt (Luigi's retry 3 times, 30 s apart);
+- a forked task process ends at once and quietly, unwinding its solve first within its task's run
+  (tasks/process.py), never into its worker's code;
+- Python drops exceptions raised in fork hooks and `__del__`, and Luigi's local scheduler swallows
+  them where it records history: the signal is sent again every tenth of a second until the run is
+  seen to stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged.
 """
 
 from __future__ import annotations
@@ -62,8 +52,8 @@ class Stopped(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def handled(wanted: bool = True) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM stop this process as described above (from the main thread).
-    The handlers before are back after, unless a stop came (the process ends then)."""
+    """Within: SIGINT and SIGTERM stop this process (from the main thread); the handlers before are
+    back after, unless a stop came."""
     if not wanted:
         yield
         return
@@ -98,8 +88,7 @@ os.register_at_fork(before=_forking.set, after_in_parent=_forking.clear, after_i
 
 
 def _not_a_stop(record: logging.LogRecord) -> bool:
-    """False for a record of a Stopped: by now its traceback is text (tasks/secrets.py scrubs it),
-    whose last line names the exception."""
+    """False for a record of a Stopped: its traceback's last line (text by now) names it."""
     last = (record.exc_text or "").rsplit("\n", 1)[-1]
     return not last.startswith(f"{Stopped.__module__}.{Stopped.__qualname__}:")
 
@@ -126,8 +115,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 
 
 def _unwinding() -> bool:
-    """Whether a KeyboardInterrupt is being handled here (an exception raised while it unwinds
-    has it as its context)."""
+    """Whether a KeyboardInterrupt is being handled here (or is the context of the one that is)."""
     exc = sys.exc_info()[1]
     while exc is not None:
         if isinstance(exc, KeyboardInterrupt):
@@ -143,12 +131,9 @@ def _again() -> None:
 
 
 class RemoteScheduler(luigi.rpc.RemoteScheduler):
-    """Luigi's RPC client, bounded once a stop is requested: no attempt after it, no wait left, a
-    short timeout on what is asked after it, and nothing more asked once luigid left one
-    unanswered. The keep-alive thread's ping has a short timeout always: the worker waits for a ping
-    in flight before it ends, and a ping late by seconds is no news to luigid (it takes a worker
-    for dead after a minute). (Luigi offers no public hook for its retries or timeouts:
-    `_get_retryer` and `_connect_timeout` are the 3.8.1 internals its `_fetch` uses.)"""
+    """Luigi's RPC client, bounded once a stop is requested: no attempt or wait after it, a short
+    timeout, nothing asked once luigid left one unanswered. A ping always has a short timeout: the
+    ending worker waits for it. (`_get_retryer`, `_connect_timeout`: Luigi 3.8.1 internals, no hook.)"""
 
     def __init__(self, url: str, connect_timeout: float | None = None) -> None:
         super().__init__(url, connect_timeout)  # type: ignore[no-untyped-call]

@@ -1,23 +1,12 @@
 """Tasks whose host died mid-run, finished in the same run by the hosts still running it.
 
-luigid declares a worker dead after `[scheduler] worker_disconnect_delay` without a ping and
-fails the tasks it was running; with `retry_count = 1` they become DISABLED at once, as a real
-failure would, and no surviving worker may run them. Two facts tell them apart without comparing
-clocks across hosts:
-
-- luigid clears `worker_running` only when it fails a dead worker's task (scheduler.py,
-  `fail_dead_worker_task`); a failure a worker reports keeps the id of the worker that ran it;
-- a task's real failure writes its failure record (`PortalTask.on_failure`) before its worker
-  tells luigid: a record written since the task last started running means it really failed (its
-  host died between the two). "Since" compares the record's last-modified time (the store's
-  clock) with luigid's `time_running` (luigid's): the two shared servers', never a worker host's,
-  which may be minutes off.
-
-Every surviving host's CLI, once its Luigi worker has ended, re-enables exactly those tasks of its
-days, waits out `[scheduler] retry_delay` since it first saw them (a host that was only stalled
-may still deliver them meanwhile; then nothing is solved again), and runs Luigi again; luigid
-grants each task to one worker. Bounded: a task is taken over at most `MAX_TAKEOVERS` times by one
-command, so a task that kills its host every time ends like any failure.
+luigid fails a dead worker's tasks (DISABLED at once with `retry_count = 1`, like a real failure).
+Told apart without comparing host clocks: luigid clears `worker_running` only for a dead worker's
+task (`fail_dead_worker_task`), and a real failure writes its record (`PortalTask.on_failure`)
+before luigid hears of it, so a record newer (the store's clock) than `time_running` (luigid's)
+means a real failure. Each surviving host re-enables those tasks of its days after `[scheduler]
+retry_delay` (a stalled host may deliver them meanwhile) and runs Luigi again, at most
+`MAX_TAKEOVERS` times per task and command.
 """
 
 from __future__ import annotations
@@ -40,12 +29,12 @@ MAX_TAKEOVERS = 2  # per task and command: a host dying twice under the same tas
 
 
 def retry_delay() -> float:
-    """luigid's `[scheduler] retry_delay`: `make scheduler` writes luigid's from this same config."""
+    """luigid's `[scheduler] retry_delay` (`make scheduler` writes its config from this one)."""
     return float(luigi.scheduler.scheduler().retry_delay)
 
 
 def quiet_codes() -> tuple[int, ...]:
-    """The codes that say only "not done here", which a takeover's rerun supersedes (a failure it does not)."""
+    """The codes that say only "not done here", which a takeover's rerun supersedes."""
     codes = luigi.retcodes.retcode()
     return (0, int(codes.not_run), int(codes.already_running))
 
@@ -71,7 +60,7 @@ class Takeover:
     taken: dict[str, int] = field(default_factory=dict)  # task id -> takeovers so far
 
     def orphans(self) -> list[str]:
-        """The DISABLED tasks of this command that died with their worker and may still be taken over."""
+        """This command's DISABLED tasks that died with their worker and may still be taken over."""
         found = []
         for task_id, task in luigid.remote(self.url).task_list("DISABLED", "").items():
             wanted = task_id in self.tasks and self.taken.get(task_id, 0) < MAX_TAKEOVERS
@@ -98,12 +87,9 @@ class Takeover:
     def run(
         self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
     ) -> int:
-        """After this host's Luigi run ended with `code`: take over what died, rerun, until nothing is left.
-
-        `settle(failed)` waits for other runs' tasks of these days to end (luigid fails a dead
-        host's then; `failed`: this run saw a real failure); `done()` says whether every day is
-        complete. The code of the last run, or the earlier one where that one saw a real failure.
-        """
+        """After this host's run ended with `code`: take over what died and rerun until nothing is left.
+        `settle(failed)` waits for other runs' tasks of these days; `done()`: every day complete. The
+        last run's code, or an earlier real failure's."""
         while not done():
             settle(code not in quiet_codes())
             orphans = self.orphans()
