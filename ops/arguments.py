@@ -1,5 +1,4 @@
-"""What the operator gives a command: days, checked before anything else runs, and the error for a
-bad one (exit 2, ops/cli.py)."""
+"""The days the operator gives a command, checked before anything runs; UsageError exits 2."""
 
 import datetime
 import re
@@ -26,8 +25,7 @@ def parse_day(name: str, value: str | None, why: str = "") -> datetime.date:
 
 
 def parse_ended_day(name: str, value: str | None) -> datetime.date:
-    """A day to export: one that has ended in UTC. Today's records are not final until it ends,
-    and a complete day is never exported again."""
+    """A day that has ended in UTC: a complete day is never exported again."""
     day = parse_day(name, value)
     today = utc_today()
     if day >= today:

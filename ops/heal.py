@@ -1,12 +1,7 @@
-"""Days that heal: before a run hands its days to Luigi, the days among them that failed validation
-at least `[portal] heal_after_hours` ago have their unsolvable regions set aside
-(`portal_export.redo`), so the run's `DayExport` solves those regions again and keeps the rest.
-
-It happens here, once at the run's start, rather than in a task's `complete()`: completeness stays
-"the output exists" (RangeDaily's comes from the day files' names alone, and luigid and every host
-agree on it), the run that heals is the first that *starts* that long after the failure, and each
-host that starts the same backfill does the same harmless thing: a region another host set aside,
-or is solving again, is not set aside twice (`redo.set_aside`).
+"""Days that heal: at a run's start, its days that failed validation at least `[portal]
+heal_after_hours` ago have their unsolvable regions set aside (`portal_export.redo`) to be solved again.
+Here rather than in `complete()`, so completeness stays "the output exists", as every host and luigid
+agree; a region another host set aside already is not set aside twice.
 """
 
 from __future__ import annotations
@@ -29,10 +24,9 @@ def after_s() -> float:
 
 
 def heal(days: Sequence[datetime.date], say: Callable[[str], None]) -> float | None:
-    """Set aside the unsolvable regions of the days among `days` that are due to heal; returns when
-    the newest target it set aside had been written (the store's clock), None when it set none."""
-    wait = after_s()
-    store = targets.store()
+    """Set aside the unsolvable regions of `days` due to heal; when the newest target it set aside had
+    been written (the store's clock), None when it set none."""
+    wait, store = after_s(), targets.store()
     missing = sorted(set(days) - set(targets.complete_days(list(days))))
     newest = None
     for day in missing:

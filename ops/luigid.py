@@ -186,39 +186,30 @@ FOREGROUND_LOGGING = """\
 # Written by `python -m ops scheduler --foreground`.
 [loggers]
 keys = root, luigi, tornado, access, ours
-
 [handlers]
 keys = file
-
 [formatters]
 keys = plain
-
 [logger_root]
 level = INFO
 handlers = file
-
 [logger_luigi]
 qualname = luigi
 handlers =
-
 [logger_tornado]
 qualname = tornado
 handlers =
-
 [logger_access]
 qualname = tornado.access
 level = WARNING
 handlers =
-
 [logger_ours]
 qualname = ops
 handlers =
-
 [handler_file]
 class = logging.handlers.WatchedFileHandler
 args = ({path!r}, "a")
 formatter = plain
-
 [formatter_plain]
 format = %(asctime)s %(name)s[%(process)s] %(levelname)s: %(message)s
 """

@@ -1,13 +1,8 @@
-"""luigid's `/metrics`: Luigi's own task metrics and the deployment's `portal_export_*`, in one scrape.
-
-`make scheduler` (and sandbox/luigid.py) configure luigid with `[scheduler] metrics_collector =
-custom` and `metrics_custom_import = ops.luigid_metrics.LuigidMetrics` (`ops/luigid.py`). luigid
-builds the class with no arguments; it reads the data dir from the `[portal]` section written
-beside it, at each scrape, as `make metrics-server` does.
+"""luigid's `/metrics` (its `metrics_custom_import`, ops/luigid.py): Luigi's own task metrics and the
+`portal_export_*` of the data dir its config's `[portal]` names, in one scrape.
 """
 
 # mypy: disable-error-code="no-untyped-call"
-# (Luigi's collector is unannotated)
 
 from typing import Any
 
@@ -22,8 +17,7 @@ class LuigidMetrics(PrometheusMetricsCollector):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.registry.register(PortalExportCollector())
-        # Each task family's counters exist at 0 from the start: `increase()` counts a family's first
-        # failure too (a counter that appears at 1 has not increased, for Prometheus).
+        # Counters exist at 0 from the start, so that `increase()` counts a family's first failure too
         if self.labels == ["family"]:
             for counter in (
                 self.task_started_counter,
@@ -34,8 +28,7 @@ class LuigidMetrics(PrometheusMetricsCollector):
                 for family in tasks.__all__:
                     counter.labels(family=family)
 
-    # Luigi 3.8.1 sets the execution time of a failed or disabled task without the None check its
-    # handle_task_done has: a task that fails before it ever ran (a dead worker's) would raise.
+    # Luigi 3.8.1 lacks handle_task_done's None check here: a task failed before it ran would raise
     def handle_task_failed(self, task: Any) -> None:
         if task.time_running is None:
             self.task_failed_counter.labels(**self._generate_task_labels(task)).inc()

@@ -36,11 +36,9 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
 def wait_for_other_runs(
     url: str, days: Sequence[datetime.date], own_workers: Collection[str], pending: bool = True
 ) -> bool:
-    """Wait while another run on luigid has work (running, or pending with it a stakeholder) on these
-    incomplete days: a worker exits while others run its days' tasks, and the final check must see what
-    they delivered. True when another run had such work. `pending=False` (a run that failed): running
-    tasks only, since an exited worker stays a stakeholder of its pending tasks until luigid prunes it.
-    `own_workers` by whole id: the salt tells them from another host's with the same hostname and pid."""
+    """Wait while another run on luigid has work (running, or pending as a stakeholder) on these
+    incomplete days; True when one had. `pending=False` (a failed run): running only, since an exited
+    worker stays a stakeholder of its pending tasks until luigid prunes it."""
     wanted = set(portal_tasks(days))
     sched = luigid.remote(url)
     statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
@@ -66,11 +64,8 @@ def all_complete(days: Sequence[datetime.date]) -> bool:
 
 
 def settle_done_cooldown(done_at: float) -> None:
-    """luigid keeps a task DONE for stable_done_cooldown_secs after it finished, whatever a worker
-    says (so that two runs do not run a just-finished task twice): a task made incomplete on
-    purpose within that time must wait it out to be run again. `done_at` is on the store's clock
-    (when the task's output was written), compared with the store's now: the host that ran it may
-    have a clock minutes off."""
+    """luigid keeps a task DONE for stable_done_cooldown_secs, whatever a worker says: a task made
+    incomplete on purpose waits it out. `done_at` and now are the store's clock, not a host's."""
     wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
     if wait > 0:
         say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")

@@ -1,8 +1,5 @@
-"""`make probe DAY=... [REGION=...]`: the operator's first look at a portal, sending nothing to CaptchaAI.
-
-It logs in where PORTAL_USERNAME is set, loads the export page as an export would (the frame of the
-portal holding the widget included) and prints what the export would solve and post. Hidden values
-(CSRF tokens, view state) are masked: they are session secrets, and long.
+"""`make probe DAY=... [REGION=...]`: the operator's first look at a portal, sending nothing to CaptchaAI:
+the export page loaded as an export would, and what it would solve and post (hidden values masked).
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ NO_WIDGET, NO_FORM = 1, 1
 
 
 def describe(ready: Prepared) -> list[str]:
-    """The probe's lines for a loaded page (widget and form as found)."""
     lines = [f"page:         {ready.page.url}"]
     if ready.frame:
         lines.append(f"frame:        {ready.frame} (the widget is in this frame of the portal)")

@@ -1,10 +1,6 @@
-"""LUIGI_SCHEDULER_URL: checked, shown without its password, and probed.
-
-luigid has no authentication; on a network it sits behind an authenticating proxy, and the URL
-carries the proxy's credentials (`https://USER:PASSWORD@HOST:PORT`). Luigi's RPC client sends them
-as HTTP basic auth (requests reads them from the URL, percent-decoded), and so does the probe
-here. The password is a secret (tasks/secrets.py masks it wherever text leaves); this module
-prints the URL without it.
+"""LUIGI_SCHEDULER_URL: checked, shown without its password, and probed. On a network luigid sits behind
+an authenticating proxy whose credentials the URL carries (`https://USER:PASSWORD@HOST:PORT`), sent
+as HTTP basic auth by Luigi's RPC client and the probe here.
 """
 
 from urllib.parse import unquote, urlsplit
@@ -60,8 +56,8 @@ def answers(url: str) -> bool:
 
 
 def status(url: str) -> int | None:
-    """The HTTP status something at `url` answers (sent with the URL's credentials); None when
-    nothing answers. A certificate that fails verification raises requests.exceptions.SSLError."""
+    """The HTTP status answered at `url` (with its credentials); None when nothing answers. A
+    certificate that fails verification raises SSLError."""
     try:
         return requests.get(url, timeout=2, allow_redirects=False).status_code
     except requests.exceptions.SSLError:

@@ -20,8 +20,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import luigi
-import luigi.configuration
 import luigi.rpc
 import luigi.scheduler
 
@@ -137,7 +135,6 @@ class Steward:
         self.inflight = InFlight(store, self.runs, self.run)
         self.waiting = Waiting(store, self.runs, self.run)
         self.cap_file = CapInForce(store, self.runs)
-        self._read: tuple[int, float] | None = None  # the cap in force and when it was read, as published
         self.local, self.workers = LocalCap(), WorkerCount()
         self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
@@ -169,8 +166,7 @@ class Steward:
 
     def on_read(self, cap: int) -> None:
         """Solves refused as busy wait for a reading made after their refusal."""
-        self._read = (cap, time.time())
-        self.cap_file.write(*self._read, self.run)
+        self.cap_file.write(cap, time.time(), self.run)
 
     def blocked(self, reason: str | None) -> None:
         """No usable thread by the deadline: the waiting regions start, to fail with PLAN_BUSY."""
@@ -242,7 +238,7 @@ class Steward:
         if self.governor is not None:
             self.governor.stop(wait=False)
             self.governor = None
-        self._read, self._total, self._owner = None, None, False
+        self._total, self._owner = None, False
 
     def _take_over(self) -> None:
         if not self._try_own():
@@ -328,12 +324,10 @@ def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[Wo
 def _stewarded(url: str | None, follow: bool, seen: tuple[int, int] | None) -> Iterator[WorkerSchedulerFactory]:
     steward = Steward(url, seen, follow)
     steward.start()
+    settings = targets.worker_settings()
     try:
         yield WorkerSchedulerFactory(
-            on_local=steward.local.attach,
-            on_worker=steward.workers.attach,
-            keep_alive=True,
-            **targets.worker_settings(),
+            on_local=steward.local.attach, on_worker=steward.workers.attach, keep_alive=True, **settings
         )
     finally:
         try:
