@@ -6,12 +6,15 @@ with none, with their parameters: in batches of short transactions, so luigid wa
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy
 from luigi.db_task_history import TaskEvent, TaskParameter, TaskRecord
+from sqlalchemy import exists, func, select
 
 from .luigid import VAR
 
@@ -22,8 +25,14 @@ def db_path() -> Path:
     return VAR / "luigid" / "history.db"
 
 
-def _engine(path: Path) -> sqlalchemy.engine.Engine:
-    return sqlalchemy.create_engine(f"sqlite:///{path}", connect_args={"timeout": 30})
+@contextlib.contextmanager
+def _events(path: Path) -> Iterator[sqlalchemy.engine.Engine | None]:
+    """The existing history's engine; None when it has no events table."""
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}", connect_args={"timeout": 30})
+    try:
+        yield engine if TaskEvent.__tablename__ in sqlalchemy.inspect(engine).get_table_names() else None
+    finally:
+        engine.dispose()
 
 
 def cutoff_of(keep_s: float, now: float) -> datetime.datetime:
@@ -43,18 +52,12 @@ def survey(path: Path) -> History | None:
     """What the history holds; None when there is none (luigid never ran with it here)."""
     if not path.exists():
         return None
-    engine = _engine(path)
-    try:
-        tables = set(sqlalchemy.inspect(engine).get_table_names())
-        if TaskEvent.__tablename__ not in tables:
-            return History(0, 0, None, path.stat().st_size)
-        with engine.connect() as conn:
-            rows = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(TaskRecord.__table__)).scalar()
-            events, oldest = conn.execute(
-                sqlalchemy.select(sqlalchemy.func.count(), sqlalchemy.func.min(TaskEvent.ts))
-            ).one()
-    finally:
-        engine.dispose()
+    rows, events, oldest = 0, 0, None
+    with _events(path) as engine:
+        if engine is not None:
+            with engine.connect() as conn:
+                rows = conn.execute(select(func.count()).select_from(TaskRecord.__table__)).scalar()
+                events, oldest = conn.execute(select(func.count(), func.min(TaskEvent.ts))).one()
     if isinstance(oldest, str):  # SQLite hands back the text when the column's type is not declared alike
         oldest = datetime.datetime.fromisoformat(oldest)
     return History(int(rows or 0), int(events or 0), oldest, path.stat().st_size)
@@ -64,41 +67,38 @@ def prune(path: Path, cutoff: datetime.datetime, delete: bool = True, batch: int
     """(events, task runs) older than `cutoff` removed, or with `delete=False` counted only."""
     if not path.exists():
         return 0, 0
-    engine = _engine(path)
-    try:
-        if TaskEvent.__tablename__ not in set(sqlalchemy.inspect(engine).get_table_names()):
+    with _events(path) as engine:
+        if engine is None:
             return 0, 0
-        if not delete:
-            with engine.connect() as conn:
-                events = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).where(TaskEvent.ts < cutoff)).scalar()
-                # a task run goes once its newest event is older than the cutoff
-                newest = (
-                    sqlalchemy.select(TaskEvent.task_id)
-                    .group_by(TaskEvent.task_id)
-                    .having(sqlalchemy.func.max(TaskEvent.ts) < cutoff)
-                    .subquery()
-                )
-                tasks = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).select_from(newest)).scalar()
-            return int(events or 0), int(tasks or 0)
-        events = tasks = 0
-        old = sqlalchemy.select(TaskEvent.id).where(TaskEvent.ts < cutoff).limit(batch).scalar_subquery()
-        while True:
-            with engine.begin() as conn:
-                n = conn.execute(sqlalchemy.delete(TaskEvent).where(TaskEvent.id.in_(old))).rowcount
-            events += n
-            if n < batch:
-                break
-        no_event = ~sqlalchemy.exists().where(TaskEvent.task_id == TaskRecord.id)
-        orphans = sqlalchemy.select(TaskRecord.id).where(no_event).limit(batch)
-        while True:
-            with engine.begin() as conn:
-                ids = [row[0] for row in conn.execute(orphans)]
-                if ids:
-                    conn.execute(sqlalchemy.delete(TaskParameter).where(TaskParameter.task_id.in_(ids)))
-                    conn.execute(sqlalchemy.delete(TaskRecord).where(TaskRecord.id.in_(ids)))
-            tasks += len(ids)
-            if len(ids) < batch:
-                break
-        return events, tasks
-    finally:
-        engine.dispose()
+        return _delete(engine, cutoff, batch) if delete else _count(engine, cutoff)
+
+
+def _count(engine: sqlalchemy.engine.Engine, cutoff: datetime.datetime) -> tuple[int, int]:
+    with engine.connect() as conn:
+        events = conn.execute(select(func.count()).where(TaskEvent.ts < cutoff)).scalar()
+        # a task run goes once its newest event is older than the cutoff
+        newest = select(TaskEvent.task_id).group_by(TaskEvent.task_id).having(func.max(TaskEvent.ts) < cutoff)
+        tasks = conn.execute(select(func.count()).select_from(newest.subquery())).scalar()
+    return int(events or 0), int(tasks or 0)
+
+
+def _delete(engine: sqlalchemy.engine.Engine, cutoff: datetime.datetime, batch: int) -> tuple[int, int]:
+    events = tasks = 0
+    old = select(TaskEvent.id).where(TaskEvent.ts < cutoff).limit(batch).scalar_subquery()
+    while True:
+        with engine.begin() as conn:
+            n = conn.execute(sqlalchemy.delete(TaskEvent).where(TaskEvent.id.in_(old))).rowcount
+        events += n
+        if n < batch:
+            break
+    orphans = select(TaskRecord.id).where(~exists().where(TaskEvent.task_id == TaskRecord.id)).limit(batch)
+    while True:
+        with engine.begin() as conn:
+            ids = [row[0] for row in conn.execute(orphans)]
+            if ids:
+                conn.execute(sqlalchemy.delete(TaskParameter).where(TaskParameter.task_id.in_(ids)))
+                conn.execute(sqlalchemy.delete(TaskRecord).where(TaskRecord.id.in_(ids)))
+        tasks += len(ids)
+        if len(ids) < batch:
+            break
+    return events, tasks
