@@ -4,8 +4,6 @@ Here rather than in `complete()`, so completeness stays "the output exists", as 
 agree; a region another host set aside already is not set aside twice.
 """
 
-from __future__ import annotations
-
 import datetime
 from collections.abc import Callable, Sequence
 

@@ -4,8 +4,6 @@ Events (`ts` in local time, as Luigi writes them) older than the cutoff go, then
 with none, with their parameters: in batches of short transactions, so luigid waits one at most.
 """
 
-from __future__ import annotations
-
 import contextlib
 import datetime
 from collections.abc import Iterator

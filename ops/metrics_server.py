@@ -3,8 +3,6 @@
 that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store.
 """
 
-from __future__ import annotations
-
 import logging
 import signal
 import threading

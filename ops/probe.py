@@ -2,8 +2,6 @@
 the export page loaded as an export would, and what it would solve and post (hidden values masked).
 """
 
-from __future__ import annotations
-
 import argparse
 import datetime
 import sys
@@ -30,12 +28,7 @@ def describe(ready: Prepared) -> list[str]:
         return lines
     fields = []
     for name, value in post.fields:
-        if name == TOKEN_FIELD:
-            shown = "<token>"
-        elif name in post.hidden:
-            shown = MASK
-        else:
-            shown = value
+        shown = "<token>" if name == TOKEN_FIELD else MASK if name in post.hidden else value
         fields.append(f"{name}={shown}" + (" (added)" if name in post.added and name != TOKEN_FIELD else ""))
     lines += [
         f"pageurl:      {ready.pageurl}",
@@ -57,9 +50,8 @@ def cmd_probe(args: argparse.Namespace, parse_day: Callable[[str, str], datetime
     base_url = config.portal_base_url().rstrip("/")
     login = portal_login()
     print(f"probe:        day {day} region {region} at {base_url}")
-    print(
-        f"login:        {f'{login.username} at {base_url}{login.path}' if login else 'none (PORTAL_USERNAME not set)'}"
-    )
+    who = f"{login.username} at {base_url}{login.path}" if login else "none (PORTAL_USERNAME not set)"
+    print(f"login:        {who}")
     with requests.Session() as session:
         ready = prepare(
             session, base_url, day.isoformat(), region, http_timeout_s=config.captchaai().http_timeout_s, login=login

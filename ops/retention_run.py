@@ -2,8 +2,6 @@
 `portal_export.retention` (the store's state) and `ops.history` (luigid's task history).
 """
 
-from __future__ import annotations
-
 import datetime
 import logging
 import os

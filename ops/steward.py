@@ -8,8 +8,6 @@ beat in the store (`portal_export.runs`): only the lease holder (`portal_export.
 cap, the others take over when it ends or dies, and the last run out puts the configured cap back.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import hashlib

@@ -10,8 +10,6 @@ blocks release the run's in-flight marks, heartbeat and cap. Made prompt and rel
   seen to stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged.
 """
 
-from __future__ import annotations
-
 import contextlib
 import logging
 import os

@@ -9,8 +9,6 @@ retry_delay` (a stalled host may deliver them meanwhile) and runs Luigi again, a
 `MAX_TAKEOVERS` times per task and command.
 """
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
