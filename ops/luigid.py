@@ -6,6 +6,7 @@ start: one place to size the cap. luigid runs in its home, so it reads no other 
 """
 
 import configparser
+import contextlib
 import ipaddress
 import os
 import signal
@@ -67,8 +68,7 @@ def luigid_config(
     cfg["captchaai"] = {"plan_every_s": str(config.captchaai().plan_every_s)}
     if client.has_section("s3"):
         cfg["s3"] = {k: v for k, v in client.items("s3") if k not in S3_CREDENTIALS}
-    cfg["scheduler"]["record_task_history"] = str(history).lower()
-    cfg["scheduler"]["state_path"] = str(home / "state.pickle")
+    cfg["scheduler"].update(record_task_history=str(history).lower(), state_path=str(home / "state.pickle"))
     if history:
         cfg["task_history"] = {"db_connection": f"sqlite:///{home / 'history.db'}"}
     # luigid sends no e-mail, whatever /etc/luigi says: a run that leaves work missing alerts itself
@@ -102,12 +102,9 @@ def running_pid() -> int | None:
         os.kill(pid, 0)
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    try:
-        if b"luigid" not in cmdline.read_bytes():
+    with contextlib.suppress(OSError):  # no /proc here: trust the file
+        if b"luigid" not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return None  # a stale pid file whose pid now belongs to another program: never signal it
-    except OSError:
-        pass  # no /proc here: trust the file
     return pid
 
 

@@ -30,7 +30,7 @@ from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight
 from portal_export.lease import Lease
 from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, own_run, ttl_s
-from portal_export.store import LocalStore, Store
+from portal_export.store import LocalStore
 from tasks import config, targets
 from tasks.config import RESOURCE, RUN_STARTED, configured_cap
 
@@ -105,16 +105,6 @@ class LuigidCap:
         remote(self.url).update_resource(RESOURCE, cap)
 
 
-def _scheduler_key(url: str) -> str:
-    """One luigid, one key: its URL without credentials (runs with another login share its cap)."""
-    return hashlib.sha256(bare(url).rstrip("/").encode()).hexdigest()[:12]
-
-
-def lend_every_s(store: Store) -> float:
-    """How often the owner counts the regions that wait: a LIST each, costly on an object store."""
-    return LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
-
-
 class Steward:
     """Keeps the scheduler's captchaai total at the cap plus the regions that wait while this run owns
     the cap (a Governor's, or the configured one); the last run out restores the configured total."""
@@ -125,7 +115,8 @@ class Steward:
         self.configured = configured_cap()
         self.store = store = targets.store()
         self.run = current_run()
-        self.key = _scheduler_key(url or "local")
+        # one luigid, one key: its URL without credentials (runs with another login share its cap)
+        self.key = hashlib.sha256(bare(url or "local").rstrip("/").encode()).hexdigest()[:12]
         # verdicts on other hosts' runs kept a second: the lender's look is a LIST, not also a GET per host
         self.runs = Runs(store, ttl_s(cfg.plan_every_s), cache_s=1.0)
         self.lease = Lease(store, self.key, self.runs, self.run)
@@ -138,7 +129,8 @@ class Steward:
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
         self.every_s, self.spare = cfg.plan_every_s, cfg.spare_threads
         self.heartbeat_s = heartbeat_s(cfg.plan_every_s)
-        self.lend_every_s = lend_every_s(store)
+        # how often the owner counts the regions that wait: a LIST each, costly on an object store
+        self.lend_every_s = LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
         self.cap: int | None = None
         self.governor: Governor | None = None
         self._owner = False
