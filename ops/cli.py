@@ -8,7 +8,7 @@ import argparse
 import datetime
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import luigi.rpc
 from luigi.tools.range import RangeDaily
@@ -127,44 +127,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__)
     parser.add_argument("--workers", type=int, default=None, help="Luigi workers (default: [core] workers)")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=text)
-        p.set_defaults(func=func)
-        return p
-
-    command("export", "materialize DayExport for one day", cmd_export).add_argument("day")
-    p = command("backfill", "every missing day in [START, STOP)", cmd_backfill)
+    p = sub.add_parser("export", help="materialize DayExport for one day")
+    p.add_argument("day")
+    p.set_defaults(func=cmd_export)
+    p = sub.add_parser("backfill", help="every missing day in [START, STOP)")
     p.add_argument("start")
     p.add_argument("stop")
     p.add_argument("--newest-first", action="store_true")
     p.add_argument("--task-limit", type=int, default=None, help="at most this many days in this run")
-    text = "re-attempt a day's unsolvable regions, keeping its solved ones"
-    command("retry-unsolvable", text, cmd_retry_unsolvable).add_argument("day")
-    command("plan", "compare the CaptchaAI plan with the cap and workers", cmd_plan)
-    text = "send a test message through every configured alert channel"
-    command("alert-test", text, lambda args: alert_channels.alert_test())
-    command("clear-breaker", "let requests with the key go out again", cmd_clear_breaker)
-    command("report", "solve-health table and plot from the data dir's health files", cmd_report)
-    text = "what the data dir keeps besides the outputs: count, oldest, bytes per kind"
-    command("state", text, lambda args: retention_run.cmd_state(show))
-    text = "remove now what [portal] keep_state_days lets go"
-    p = command("prune", text, lambda args: retention_run.cmd_prune(show, args.dry_run))
+    p.set_defaults(func=cmd_backfill)
+    p = sub.add_parser("retry-unsolvable", help="re-attempt a day's unsolvable regions, keeping its solved ones")
+    p.add_argument("day")
+    p.set_defaults(func=cmd_retry_unsolvable)
+    sub.add_parser("plan", help="compare the CaptchaAI plan with the cap and workers").set_defaults(func=cmd_plan)
+    p = sub.add_parser("alert-test", help="send a test message through every configured alert channel")
+    p.set_defaults(func=lambda args: alert_channels.alert_test())
+    sub.add_parser("clear-breaker", help="let requests with the key go out again").set_defaults(func=cmd_clear_breaker)
+    p = sub.add_parser("report", help="solve-health table and plot from the data dir's health files")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("state", help="what the data dir keeps besides the outputs: count, oldest, bytes per kind")
+    p.set_defaults(func=lambda args: retention_run.cmd_state(show))
+    p = sub.add_parser("prune", help="remove now what [portal] keep_state_days lets go")
     p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+    p.set_defaults(func=lambda args: retention_run.cmd_prune(show, args.dry_run))
     probe.add_parser(sub, parse_day)
-    p = command(
-        "scheduler", "start luigid in the background, on loopback unless --bind names an address", cmd_scheduler
-    )
+    p = sub.add_parser("scheduler", help="start luigid in the background, on loopback unless --bind names an address")
     text = "the address luigid listens on (make scheduler SCHEDULER_BIND=...); beyond loopback it warns"
     p.add_argument("--bind", default=luigid.LOOPBACK, help=text)
     text = (
         "run luigid in the foreground (for systemd: deploy/), with the state, history and log dir of the background one"
     )
     p.add_argument("--foreground", action="store_true", help=text)
-    command("scheduler-stop", "stop the luigid that `scheduler` started", lambda args: luigid.stop(say))
-    p = command("metrics-server", "serve GET /metrics (Prometheus) from the data dir until stopped", cmd_metrics_server)
+    p.set_defaults(func=cmd_scheduler)
+    p = sub.add_parser("scheduler-stop", help="stop the luigid that `scheduler` started")
+    p.set_defaults(func=lambda args: luigid.stop(say))
+    p = sub.add_parser("metrics-server", help="serve GET /metrics (Prometheus) from the data dir until stopped")
     p.add_argument("--port", default="9464", help="the port (make metrics-server METRICS_PORT=...); 0: any free one")
     p.add_argument("--bind", default=luigid.LOOPBACK, help="the address (METRICS_BIND=...); loopback by default")
+    p.set_defaults(func=cmd_metrics_server)
     return parser
 
 
