@@ -110,17 +110,13 @@ def send_email(subject: str, body: str) -> None:
         raise ChannelError(errors[0])
 
 
-def webhook_url() -> str | None:
-    return os.environ.get("ALERT_WEBHOOK_URL", "").strip() or None
-
-
 def channels() -> list[tuple[str, Callable[[str, str], None]]]:
     """(name, send(subject, body)) of every configured channel."""
     found: list[tuple[str, Callable[[str, str], None]]] = []
     name = email_channel()
     if name:
         found.append((name, send_email))
-    url = webhook_url()
+    url = os.environ.get("ALERT_WEBHOOK_URL", "").strip()
     if url:
         timeout = config.alerts().webhook_timeout_s
 

@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_wsgi_server
@@ -126,13 +125,9 @@ def serve(port: int, bind: str, say: Callable[[str], None], stop: threading.Even
     if not known:
         say(f"warning: metrics: {KEY_UNKNOWN}")
     done = stop or threading.Event()
-
-    def finish(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, finish)
-        signal.signal(signal.SIGINT, finish)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda signum, frame: done.set())
     done.wait()
     server.shutdown()
     server.server_close()
