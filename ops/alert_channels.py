@@ -54,8 +54,7 @@ class ChannelError(Exception):
 
 
 def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> int:
-    """POST {"text": ...} (Slack's and Mattermost's shape); the HTTP status. The URL is a secret that
-    requests puts in its exception messages: errors are described by their kind only."""
+    """POST {"text": ...} (Slack's shape); the HTTP status. Errors name their kind only: the URL is a secret."""
     http = session or requests.Session()
     try:
         resp = http.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)

@@ -22,8 +22,7 @@ def after_s() -> float:
 
 
 def heal(days: Sequence[datetime.date], say: Callable[[str], None]) -> float | None:
-    """Set aside the unsolvable regions of `days` due to heal; when the newest target it set aside had
-    been written (the store's clock), None when it set none."""
+    """Set aside the unsolvable regions of `days` due to heal; when the newest of them was written, or None."""
     wait, store = after_s(), targets.store()
     missing = sorted(set(days) - set(targets.complete_days(list(days))))
     newest = None

@@ -22,8 +22,7 @@ Status = luigi.execution_summary.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
-    """Luigi's worker, ending its task processes before it joins its keep-alive thread, which may wait
-    for a ping in flight. (`_running_tasks`: the 3.8.1 internal its own `__exit__` reads.)"""
+    """Luigi's worker, ending its task processes before its keep-alive thread's ping (3.8.1 internals)."""
 
     def __exit__(self, *exc: Any) -> Any:
         for task in self._running_tasks.values():
@@ -33,8 +32,7 @@ class Worker(luigi.worker.Worker):
 
 
 class WorkerSchedulerFactory:
-    """Luigi's own factory, plus hooks: `on_local(scheduler)` gets the local scheduler, `on_worker(worker,
-    processes)` the worker; `settings`: this worker's `[worker]` settings."""
+    """Luigi's own factory, with hooks for the local scheduler and the worker, and `[worker]` settings."""
 
     def __init__(
         self,
@@ -99,8 +97,7 @@ def run(
     workers: int | None = None,
     lock: bool = True,
 ) -> int:
-    """Run `tasks` (on the local scheduler without `scheduler_url`); its [retcode]. `lock=False`: a
-    second run in a process that holds Luigi's same-command lock already."""
+    """Run `tasks`; its [retcode]. `lock=False`: a second run, in a process that holds Luigi's lock."""
     codes = luigi.retcodes.retcode()
     options: dict[str, Any] = {"scheduler_url": scheduler_url} if scheduler_url else {"local_scheduler": True}
     options.update(worker_scheduler_factory=factory, detailed_summary=True, no_lock=not lock, lock_pid_dir=lock_dir)
@@ -122,9 +119,8 @@ def run(
 
 
 def let_go(url: str, own_workers: Collection[str]) -> None:
-    """Hand this process's running tasks back to luigid as the run stops, pending again, so the next
-    run needn't wait for luigid to take the worker for dead. Only their worker may end them (as
-    failed, which disables them): so re-enabled, their failure forgiven."""
+    """Hand this process's running tasks back to luigid as the run stops, so the next run needn't wait for
+    luigid to take the worker for dead: failed (only their worker may), re-enabled and forgiven."""
     sched: Any = stopping.RemoteScheduler(url)
     try:
         for task_id, task in sched.task_list("RUNNING", "").items():

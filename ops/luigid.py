@@ -109,8 +109,7 @@ def running_pid() -> int | None:
 
 
 def listen_addresses(bind: str, port: int) -> list[str]:
-    """The addresses luigid will listen on for `bind` (every one the name has, as tornado binds),
-    each checked free now; OSError when one is not."""
+    """Every address of `bind` (luigid listens on each, as tornado does), checked free; else OSError."""
     infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     for family, kind, proto, _, sockaddr in infos:
         with socket.socket(family, kind, proto) as probe:
@@ -128,8 +127,7 @@ def reach(bind: str, port: int) -> str:
 def _can_start(
     url: str, say: Callable[[str], None], bind: str, pid: int | None = None
 ) -> tuple[str, int, list[str]] | int:
-    """(URL to reach it at, port, addresses) for a luigid on `bind` and the port of `url` (which may
-    name a proxy), its private dirs made; else an exit code."""
+    """(URL to reach it at, port, addresses) for a luigid on `bind`, its private dirs made; else an exit code."""
     port = urlsplit(url).port or 8082
     local = reach(bind, port)
     if pid or answers(local):
@@ -213,8 +211,7 @@ format = %(asctime)s %(name)s[%(process)s] %(levelname)s: %(message)s
 
 
 def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
-    """luigid exec'd in place of this process (a service manager's signals reach it), with `start`'s
-    config, state and history, its log var/log/luigid.log. Returns only when it cannot start."""
+    """luigid exec'd in place of this process (for a service manager), as `start`'s; returns if it cannot."""
     ready = _can_start(url, say, bind)
     if isinstance(ready, int):
         return ready

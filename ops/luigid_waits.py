@@ -64,8 +64,7 @@ def all_complete(days: Sequence[datetime.date]) -> bool:
 
 
 def settle_done_cooldown(done_at: float) -> None:
-    """luigid keeps a task DONE for stable_done_cooldown_secs, whatever a worker says: a task made
-    incomplete on purpose waits it out. `done_at` and now are the store's clock, not a host's."""
+    """A task made incomplete on purpose waits out luigid's stable_done_cooldown_secs (the store's clock)."""
     wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
     if wait > 0:
         say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")

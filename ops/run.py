@@ -103,8 +103,7 @@ def luigid_cap(url: str) -> int:
 def plan_check(
     args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
 ) -> tuple[list[str], steward.PlanSeen | None]:
-    """Compare plan threads with the cap (luigid's, with a central scheduler) and workers: the problems
-    (printed) and the reading (None when CaptchaAI did not answer), which `run`'s alert notes too."""
+    """Plan threads against the cap in force and workers: the problems, and the reading (None: no answer)."""
     if url:
         cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
     else:
@@ -135,8 +134,7 @@ def plan_check(
 
 
 def log_to_stderr() -> None:
-    """The project's log lines on stderr (Luigi's default logging covers its own logger only), unless
-    the operator's [core] logging_conf_file decides."""
+    """The project's log lines on stderr, unless [core] logging_conf_file decides (Luigi's covers its own)."""
     core = luigi.interface.core()
     if core.logging_conf_file:
         return
@@ -170,8 +168,7 @@ def run_luigi(
     redone_at: float | None = None,
     run: run_alert.RunAlert | None = None,
 ) -> int:
-    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them.
-    `redone_at`: when the newest task made incomplete on purpose had finished."""
+    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them."""
     log_to_stderr()
     url = choose_scheduler()
     _, seen = plan_check(args, url=url, run=run)
@@ -218,8 +215,7 @@ def run_luigi(
 def export_day(
     args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None] | None = None
 ) -> int:
-    """DayExport for one day, with its summary and alert; `set_aside()` (after the preflight) returns
-    when the newest task it made incomplete on purpose had finished."""
+    """DayExport for one day, with its summary and alert; `set_aside()` runs after the preflight."""
     with run_alert.RunAlert(args, [day]) as run:
         preflight()
         redone_at = set_aside() if set_aside else None

@@ -32,8 +32,7 @@ NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended 
 
 
 def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
-    """No e-mail from Luigi in this process (per-task, framework-error and DISABLED mails alike). No
-    receiver rather than `format = none`: Luigi then skips each without a log line."""
+    """No e-mail from Luigi here: no receiver (with `format = none` Luigi logs a line for each)."""
     return config_set("email", "receiver", "")
 
 

@@ -56,8 +56,7 @@ def answers(url: str) -> bool:
 
 
 def status(url: str) -> int | None:
-    """The HTTP status answered at `url` (with its credentials); None when nothing answers. A
-    certificate that fails verification raises SSLError."""
+    """The HTTP status answered at `url`, None when nothing answers; SSLError when TLS verification fails."""
     try:
         return requests.get(url, timeout=2, allow_redirects=False).status_code
     except requests.exceptions.SSLError:

@@ -106,8 +106,7 @@ class LuigidCap:
 
 
 class Steward:
-    """Keeps the scheduler's captchaai total at the cap plus the regions that wait while this run owns
-    the cap (a Governor's, or the configured one); the last run out restores the configured total."""
+    """Keeps the scheduler's captchaai total at the cap plus the regions that wait while this run owns it."""
 
     def __init__(self, url: str | None, seen: tuple[int, int] | None = None, follow: bool = True) -> None:
         cfg = config.captchaai()
@@ -298,8 +297,7 @@ def plan_client() -> CaptchaAI:
 
 @contextlib.contextmanager
 def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[WorkerSchedulerFactory]:
-    """Around a run: the worker_scheduler_factory whose scheduler a Steward keeps. `seen`: the run's
-    plan check. Its workers keep alive: a run finding every slot taken waits rather than exits."""
+    """Around a run: the factory of a Steward's scheduler, whose workers wait for a slot rather than exit."""
     os.environ[RUN_STARTED] = str(time.time())
     os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:

@@ -50,8 +50,7 @@ class Stopped(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def handled(wanted: bool = True) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM stop this process (from the main thread); the handlers before are
-    back after, unless a stop came."""
+    """Within: SIGINT and SIGTERM stop this process; the handlers before are back after, unless one came."""
     if not wanted:
         yield
         return

@@ -85,9 +85,8 @@ class Takeover:
     def run(
         self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
     ) -> int:
-        """After this host's run ended with `code`: take over what died and rerun until nothing is left.
-        `settle(failed)` waits for other runs' tasks of these days; `done()`: every day complete. The
-        last run's code, or an earlier real failure's."""
+        """After this host's run ended with `code`: take over what died and rerun until nothing is left;
+        `settle(failed)` waits for other runs' tasks of these days. The last code, or an earlier failure's."""
         while not done():
             settle(code not in quiet_codes())
             orphans = self.orphans()
