@@ -196,8 +196,7 @@ def run_luigi(
                 done=lambda: all_complete(days),
             )
     retention_run.nightly()  # the run's bounded share of removing old state
-    # The worker ends early (not_run) when another run's worker has these days' tasks on luigid:
-    # wait for those, then judge by the days' outputs.
+    # not_run: another run's worker had these days' tasks on luigid; wait for it, judge by the outputs
     if code and code in (codes.already_running, codes.not_run):
         if url:
             settle(False)

@@ -1,11 +1,8 @@
 """The Luigi side of the cap that follows the plan (portal_export.governor decides the number).
 
-The cap is the scheduler's `captchaai` resource: luigid's (its `update_resource` RPC) or the local
-scheduler's, handed over by `luigi.build`'s `worker_scheduler_factory` (ops/luigi_run.py). Its total
-is the cap plus one slot per region that waits (`portal_export.gate`), over all hosts; the gate
-before each submit keeps solves at the cap, published in `_state/cap.json`. Runs sharing one luigid
-beat in the store (`portal_export.runs`): only the lease holder (`portal_export.lease`) sets the
-cap, the others take over when it ends or dies, and the last run out puts the configured cap back.
+The scheduler's `captchaai` total is the cap plus a slot per region that waits (`portal_export.gate`
+keeps solves at the cap). Of the runs sharing a luigid only the lease holder (`portal_export.lease`)
+sets it; another takes over when it ends or dies, and the last run out puts the configured cap back.
 """
 
 import contextlib

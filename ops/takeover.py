@@ -1,12 +1,8 @@
 """Tasks whose host died mid-run, finished in the same run by the hosts still running it.
 
-luigid fails a dead worker's tasks (DISABLED at once with `retry_count = 1`, like a real failure).
-Told apart without comparing host clocks: luigid clears `worker_running` only for a dead worker's
-task (`fail_dead_worker_task`), and a real failure writes its record (`PortalTask.on_failure`)
-before luigid hears of it, so a record newer (the store's clock) than `time_running` (luigid's)
-means a real failure. Each surviving host re-enables those tasks of its days after `[scheduler]
-retry_delay` (a stalled host may deliver them meanwhile) and runs Luigi again, at most
-`MAX_TAKEOVERS` times per task and command.
+luigid DISABLEs a dead worker's tasks like failed ones, but clears their `worker_running`; a real
+failure's record (`PortalTask.on_failure`) is newer (the store's clock) than `time_running` (luigid's).
+Survivors re-enable them after `[scheduler] retry_delay` and run Luigi again, `MAX_TAKEOVERS` at most.
 """
 
 import time
