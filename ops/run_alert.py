@@ -11,6 +11,7 @@ import datetime
 import socket
 import threading
 import time
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -87,7 +88,7 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> ale
 
 def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
     """Host -> failure code -> tasks, from the missing days' failure records."""
-    seen: dict[str, dict[str, int]] = {}
+    seen: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for m in missing:
         keys = [store_keys.region_failure(m.day, region) for region in m.failed_regions]
         if m.day_code:
@@ -95,10 +96,8 @@ def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict
         for key in keys:
             record = read_failure(targets.store(), key)
             if record is not None and record.get("host"):
-                by_code = seen.setdefault(str(record["host"]), {})
-                code = str(record.get("code") or "UNKNOWN")
-                by_code[code] = by_code.get(code, 0) + 1
-    return seen
+                seen[str(record["host"])][str(record.get("code") or "UNKNOWN")] += 1
+    return {host: dict(codes) for host, codes in seen.items()}
 
 
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:

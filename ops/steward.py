@@ -94,14 +94,6 @@ class WorkerCount:
             self.worker.worker_processes = max(2, min(self.most, slots))
 
 
-class LuigidCap:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def set(self, cap: int) -> None:
-        remote(self.url).update_resource(RESOURCE, cap)
-
-
 class Steward:
     """Keeps the scheduler's captchaai total at the cap plus the regions that wait while this run owns it."""
 
@@ -121,7 +113,6 @@ class Steward:
         self.waiting = Waiting(store, self.runs, self.run)
         self.cap_file = CapInForce(store, self.runs)
         self.local, self.workers = LocalCap(), WorkerCount()
-        self.target: LocalCap | LuigidCap = LuigidCap(url) if url else self.local
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
         self.every_s, self.spare = cfg.plan_every_s, cfg.spare_threads
         self.heartbeat_s = heartbeat_s(cfg.plan_every_s)
@@ -169,7 +160,10 @@ class Steward:
             total = cap + self._lent
             if total != self._total:
                 self.workers.set(total)  # first: a process is there by the time the slot is
-                self.target.set(total)
+                if self.url:
+                    remote(self.url).update_resource(RESOURCE, total)
+                else:
+                    self.local.set(total)
                 self._total = total
                 if self._lent:
                     log.debug("captchaai slots %d: cap %d, %d lent to regions that wait", total, cap, self._lent)
