@@ -3,6 +3,7 @@ Luigi's lock, and the exit code its days make (luigi.cfg's [retcode], ops/luigi_
 
 import argparse
 import datetime
+import functools
 import hashlib
 import logging
 import os
@@ -185,15 +186,13 @@ def run_luigi(
         others = wait_for_other_runs(str(url), days, factory.own_workers, pending=not failed) or others
 
     with steward.following_plan(url, seen) as factory:  # the cap follows the plan meanwhile
-        code = luigi_run.run(tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers)
+        build = functools.partial(
+            luigi_run.run, tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers
+        )
+        code = build()
         if url and code != codes.already_running:  # tasks whose host died run again here, in this command
             code = takeover.Takeover(url, portal_tasks(days), say).run(
-                code,
-                rerun=lambda: luigi_run.run(
-                    tasks, factory, lock_dir=str(locks), scheduler_url=url, workers=args.workers, lock=False
-                ),
-                settle=settle,
-                done=lambda: all_complete(days),
+                code, rerun=lambda: build(lock=False), settle=settle, done=lambda: all_complete(days)
             )
     retention_run.nightly()  # the run's bounded share of removing old state
     # not_run: another run's worker had these days' tasks on luigid; wait for it, judge by the outputs
