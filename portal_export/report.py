@@ -41,19 +41,13 @@ COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
 FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
 COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", *COUNT_KEYS, "idle_slot_seconds")
 
-COLOR_P95 = "#1f77b4"
-COLOR_MEDIAN = "#ff7f0e"
 COLOR_FAILED = "#d62728"
-COLOR_MISSING = "#7f7f7f"
-COLOR_RATIO = "#9467bd"
-COLOR_SOLVES = "#2ca02c"
-COLOR_ROWS = "#17becf"
 RATIO_BARS = (
-    {"color": COLOR_RATIO, "label": "unsolvable ratio"},
+    {"color": "#9467bd", "label": "unsolvable ratio"},
     {"color": COLOR_FAILED, "label": "unsolvable ratio, failed day"},
 )
 ROWS_BARS = (
-    {"color": COLOR_ROWS, "label": "rows exported"},
+    {"color": "#17becf", "label": "rows exported"},
     {"facecolor": "none", "edgecolor": COLOR_FAILED, "lw": 1.2, "label": "rows fetched, not exported\n(failed day)"},
 )
 LEGEND: dict[str, Any] = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False, borderaxespad=0)
@@ -184,9 +178,9 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     p95 = _floats(frame["p95_solve_seconds"])
     failed = (frame["status"] == "failed").to_numpy()
     marker: dict[str, Any] = {"marker": "o", "ms": 4} if n_days <= 120 else {}
-    ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
+    ax_p95.plot(x, p95, color="#1f77b4", lw=1.5, label="p95 solve seconds", **marker)
     median = f"rolling {ROLLING_DAYS}-day median of p95"
-    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--", label=median)
+    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color="#ff7f0e", lw=2.2, ls="--", label=median)
     if failed.any():
         ax_p95.plot(
             x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED, label="p95 of a failed day"
@@ -212,7 +206,7 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     solves = _floats(frame["solves"])
     refused = _floats(frame["refused_tokens"])
     every = np.ones(n_days, dtype=bool)
-    solves_style = {"color": COLOR_SOLVES, "label": "solves (delivered a region)"}
+    solves_style = {"color": "#2ca02c", "label": "solves (delivered a region)"}
     if long_range:
         _bar(ax_solves, x, solves, every, width=bar_width, **solves_style, **bar_style)
         if np.isfinite(refused).any():
@@ -222,7 +216,6 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         _bar(ax_solves, x - half / 2, solves, every, width=half, **solves_style)
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
 
-    # Rows exported.
     rows = _floats(frame["rows"])
     _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
 
@@ -242,11 +235,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         if ax is not ax_ratio:
             ax.set_ylim(0, max(1, ax.get_ylim()[1]))
         if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
-            ax.text(
-                0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color=COLOR_MISSING, fontsize=11
-            )
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f", fontsize=11)
     ax_rows.set_xlim(x[0] - 0.7, x[-1] + 0.7)
-    # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
     if n_days <= 14:  # ConciseDateFormatter would count hours here
         ax_rows.xaxis.set_major_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
         ax_rows.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))  # type: ignore[no-untyped-call]
