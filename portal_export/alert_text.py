@@ -1,9 +1,5 @@
-"""The end-of-run summary: what the terminal, the cron log and the alert all say.
-
-Built from plain facts the Luigi layer collects from the data dir, so the same text comes from one
-place whatever the scheduler. Messages name codes, days and commands only: never a response body,
-a URL or a key.
-"""
+"""The end-of-run summary the terminal, the cron log and the alert all say, from plain facts the Luigi
+layer collects. It names codes, days and commands only: never a response body, a URL or a key."""
 
 from __future__ import annotations
 
@@ -67,20 +63,13 @@ def plural(n: int, word: str) -> str:
 def days_label(days: Sequence[datetime.date]) -> str:
     if not days:
         return "no day"
-    if len(days) == 1:
-        return str(days[0])
-    return f"{days[0]}..{days[-1]}"
+    return str(days[0]) if len(days) == 1 else f"{days[0]}..{days[-1]}"
 
 
 def day_list(days: Sequence[datetime.date]) -> str:
     """Every day named (so each can be searched for), wrapped."""
-    return textwrap.fill(
-        ", ".join(str(d) for d in days),
-        width=DAYS_PER_LINE_WIDTH,
-        initial_indent="  ",
-        subsequent_indent="  ",
-        break_on_hyphens=False,
-    )
+    text = ", ".join(str(d) for d in days)
+    return textwrap.fill(text, DAYS_PER_LINE_WIDTH, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
 
 
 def cause(missing: MissingDay, regions: Sequence[str]) -> str:

@@ -133,16 +133,13 @@ class CaptchaAI:
         a poll once and ends the solve) and one shape of answer."""
         if checked and self._breaker is not None:
             self._breaker.check()
-        failure, unsent = "", False
         try:
             resp = self._session.post(
                 f"{self.api_base}/{endpoint}", timeout=self.http_timeout_s, data={"key": self._key, "json": 1, **fields}
             )
         except requests.RequestException as exc:
-            # Raised outside the handler, so no traceback chains the message that quotes the URL.
-            failure, unsent = type(exc).__name__, _never_sent(exc)
-        if failure:
-            return Reply(Answer(False, NETWORK_ERROR), failure, unsent)
+            # a reply, not an error raised here: no traceback chains the message that quotes the URL
+            return Reply(Answer(False, NETWORK_ERROR), type(exc).__name__, _never_sent(exc))
         return Reply(normalize(resp), "", False)
 
     def _error(self, code: str, detail: str = "", cls: type[ExportError] | None = None) -> ExportError:
@@ -158,11 +155,8 @@ class CaptchaAI:
                 return reply
             code = str(reply.answer.value)
             self.resent.append(code)
-            log.warning(
-                "CaptchaAI submit failed with %s%s; sending it again at once",
-                code,
-                " before it left" if reply.unsent else "",
-            )
+            unsent = " before it left" if reply.unsent else ""
+            log.warning("CaptchaAI submit failed with %s%s; sending it again at once", code, unsent)
         raise AssertionError("unreachable")
 
     def submit(self, params: dict[str, Any]) -> str:
@@ -192,11 +186,8 @@ class CaptchaAI:
         if not idle:
             # the plan is active, its threads freed and taken again: busy, not "no plan" (no breaker)
             raise BusyThreads(ZERO_BALANCE, f"refused twice while {working} of {threads} plan threads worked")
-        raise self._error(
-            ZERO_BALANCE,
-            f"refused twice with {threads - working} of {threads} threads free: no active plan",
-            KeyLevelError,
-        )
+        detail = f"refused twice with {threads - working} of {threads} threads free: no active plan"
+        raise self._error(ZERO_BALANCE, detail, KeyLevelError)
 
     def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], object] | None = None) -> str:
         """Poll one task (first_poll_s, then every poll_every_s) until its token or the deadline;
@@ -217,8 +208,7 @@ class CaptchaAI:
                 if not isinstance(err, TransientError):
                     raise err
                 log.warning("CaptchaAI task %s: transient answer %s while polling; polling on", task_id, value)
-            tick += self.poll_every_s
-            tick = max(tick, self._clock())
+            tick = max(tick + self.poll_every_s, self._clock())
         raise TransientError("POLL_DEADLINE", f"task {task_id} not solved within {self.timeout_s:g} s")
 
     def solve(

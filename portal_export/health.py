@@ -112,8 +112,7 @@ def validate(health: DayHealth, max_unsolvable_ratio: float) -> None:
 
 
 def health_keys(store: Store) -> list[tuple[datetime.date, str, str]]:
-    """(day, "ok" | "failed", key) of every health record in `store`; a name that spells no valid day
-    is skipped with a warning."""
+    """(day, "ok" | "failed", key) of every health record; a name that spells no valid day is skipped."""
     found: list[tuple[datetime.date, str, str]] = []
     for key in store.list(store_keys.DAY_PREFIX):
         if not key.endswith(store_keys.HEALTH_SUFFIX) or "/" in key:
@@ -143,10 +142,7 @@ def read_health(store: Store, key: str, tolerate: tuple[type[Exception], ...] = 
         log.warning("skipped malformed health file %s: %s", store.location(key), err)
         return None
     if health is not None and not isinstance(health, dict):
-        log.warning(
-            "skipped malformed health file %s: a JSON object was expected, not %s",
-            store.location(key),
-            type(health).__name__,
-        )
+        shape = type(health).__name__
+        log.warning("skipped malformed health file %s: a JSON object was expected, not %s", store.location(key), shape)
         return None
     return health

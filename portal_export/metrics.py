@@ -1,12 +1,7 @@
 """What Prometheus sees of a deployment, read from the data dir's store at scrape time: it survives
-restarts, needs no push, and is the same on every host. Names and meanings are the contract's.
-
-A scrape's cost stays bounded however many days the store holds: one listing of the day objects and
-one of `_state/`; a complete day's health and write time are read once per process (a redo writes
-its record under `_state/redone/` before it deletes anything, which sends its day to be read again);
-one listing per incomplete day of the window; `cap.json` and the heartbeats of runs with marks.
-Nothing is written or deleted.
-"""
+restarts, needs no push, and is the same on every host. A scrape's cost stays bounded however many
+days the store holds: a complete day's health and write time are read once per process (a redo's
+record under `_state/redone/` sends its day to be read again). Nothing is written or deleted."""
 
 from __future__ import annotations
 

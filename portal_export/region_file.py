@@ -1,7 +1,6 @@
 """A region's target: its solve facts on the first line, then its records, one a line, each exactly
 as the day file holds it. So a reader of the facts stops after one line, and the day file is the
-regions' record lines one after another, copied, never parsed again.
-"""
+regions' record lines one after another, copied, never parsed again."""
 
 from __future__ import annotations
 

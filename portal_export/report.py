@@ -1,7 +1,6 @@
-"""The solve-health report: a row per calendar day from the health files (`health.health_keys`), as
-`solve_health.csv` and `solve_health.png` in the report dir. A day is `ok` (exported, even after a
-failed validation), `failed` or `missing` (no readable health file). No Luigi: it runs on any copy
-of the data dir.
+"""The solve-health report: a row per calendar day from the health files, as solve_health.csv and
+solve_health.png. A day is `ok` (exported, even after a failed validation), `failed` or `missing`
+(no readable health file). No Luigi: it runs on any copy of the data dir.
 
     python -m portal_export.report [--data-dir DIR] [--out-dir DIR] [--max-unsolvable-ratio X]
 """
@@ -13,7 +12,7 @@ import itertools
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from matplotlib import dates as mdates
-from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -43,28 +41,16 @@ COUNT_KEYS = ("solves", "unsolvable", "refused_tokens", "submits", "rows")
 FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
 COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", *COUNT_KEYS, "idle_slot_seconds")
 
-COLOR_P95 = "#1f77b4"
-COLOR_MEDIAN = "#ff7f0e"
 COLOR_FAILED = "#d62728"
-COLOR_MISSING = "#7f7f7f"
-COLOR_RATIO = "#9467bd"
-COLOR_SOLVES = "#2ca02c"
-COLOR_ROWS = "#17becf"
 RATIO_BARS = (
-    {"color": COLOR_RATIO, "label": "unsolvable ratio"},
+    {"color": "#9467bd", "label": "unsolvable ratio"},
     {"color": COLOR_FAILED, "label": "unsolvable ratio, failed day"},
 )
 ROWS_BARS = (
-    {"color": COLOR_ROWS, "label": "rows exported"},
+    {"color": "#17becf", "label": "rows exported"},
     {"facecolor": "none", "edgecolor": COLOR_FAILED, "lw": 1.2, "label": "rows fetched, not exported\n(failed day)"},
 )
-LEGEND: dict[str, Any] = {
-    "loc": "upper left",
-    "bbox_to_anchor": (1.01, 1.0),
-    "fontsize": 9,
-    "frameon": False,
-    "borderaxespad": 0.0,
-}
+LEGEND: dict[str, Any] = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False, borderaxespad=0)
 MISSING_STYLE: dict[str, Any] = {"facecolor": (0.5, 0.5, 0.5, 0.12), "edgecolor": (0.5, 0.5, 0.5, 0.5), "hatch": "///"}
 
 
@@ -79,8 +65,7 @@ def as_store(data: "Store | str | os.PathLike[str]") -> Store:
 
 def _numeric(series: pd.Series, integral: bool) -> pd.Series:
     """Numbers only (anything else -> missing); counts as nullable integers when they are whole."""
-    values = pd.to_numeric(series.map(lambda v: None if isinstance(v, bool) else v), errors="coerce")
-    values = values.astype("float64")
+    values = pd.to_numeric(series.map(lambda v: None if isinstance(v, bool) else v), errors="coerce").astype("float64")
     if integral:
         known = values.dropna()
         if (known == known.round()).all():
@@ -103,12 +88,8 @@ def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
         if record is None:
             continue
         if str(record.get("day", day)) != day.isoformat():
-            log.warning(
-                "%s says day %r; reported under %s, the day of its file name",
-                store.location(key),
-                record.get("day"),
-                day,
-            )
+            where = store.location(key)
+            log.warning("%s says day %r; reported under %s, the day of its file name", where, record.get("day"), day)
         by_day[day] = (status, record)
     if not by_day:
         raise NoHealthFilesError(
@@ -124,10 +105,8 @@ def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
     # annotated: pandas-stubs spell these returns `Self`, which mypy makes Any for Python 3.10
     frame: pd.DataFrame = pd.DataFrame.from_records(records, columns=["status", *COUNT_KEYS, *FLOAT_KEYS])
     frame.insert(0, "day", days)
-    for key in COUNT_KEYS:
-        frame[key] = _numeric(frame[key], integral=True)
-    for key in FLOAT_KEYS:
-        frame[key] = _numeric(frame[key], integral=False)
+    for key in COUNT_KEYS + FLOAT_KEYS:
+        frame[key] = _numeric(frame[key], integral=key in COUNT_KEYS)
     # Rows are consecutive calendar days, so 7 rows are 7 days; days without a p95 are left out.
     frame[ROLLING_COLUMN] = frame["p95_solve_seconds"].rolling(ROLLING_DAYS, min_periods=1).median()
     table: pd.DataFrame = frame[list(COLUMNS)]
@@ -168,12 +147,6 @@ def _split_bars(
     _bar(ax, x, values, failed, **{**style, **styles[1]})
 
 
-def _legend(ax: Axes, handles: list[Artist] | None = None) -> None:
-    handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
-    if handles:
-        ax.legend(handles=handles, **LEGEND)
-
-
 def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) -> Figure:
     """The report figure: p95, unsolvable ratio, solves and refused tokens, rows, over the days."""
     # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
@@ -205,9 +178,9 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     p95 = _floats(frame["p95_solve_seconds"])
     failed = (frame["status"] == "failed").to_numpy()
     marker: dict[str, Any] = {"marker": "o", "ms": 4} if n_days <= 120 else {}
-    ax_p95.plot(x, p95, color=COLOR_P95, lw=1.5, label="p95 solve seconds", **marker)
+    ax_p95.plot(x, p95, color="#1f77b4", lw=1.5, label="p95 solve seconds", **marker)
     median = f"rolling {ROLLING_DAYS}-day median of p95"
-    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color=COLOR_MEDIAN, lw=2.2, ls="--", label=median)
+    ax_p95.plot(x, _floats(frame[ROLLING_COLUMN]), color="#ff7f0e", lw=2.2, ls="--", label=median)
     if failed.any():
         ax_p95.plot(
             x[failed], p95[failed], ls="none", marker="X", ms=9, color=COLOR_FAILED, label="p95 of a failed day"
@@ -233,7 +206,7 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     solves = _floats(frame["solves"])
     refused = _floats(frame["refused_tokens"])
     every = np.ones(n_days, dtype=bool)
-    solves_style = {"color": COLOR_SOLVES, "label": "solves (delivered a region)"}
+    solves_style = {"color": "#2ca02c", "label": "solves (delivered a region)"}
     if long_range:
         _bar(ax_solves, x, solves, every, width=bar_width, **solves_style, **bar_style)
         if np.isfinite(refused).any():
@@ -243,7 +216,6 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         _bar(ax_solves, x - half / 2, solves, every, width=half, **solves_style)
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
 
-    # Rows exported.
     rows = _floats(frame["rows"])
     _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
 
@@ -254,7 +226,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         (ax_rows, "rows", "rows in the day's records", ["rows"], None),
     ):
         ax.set_ylabel(ylabel)
-        _legend(ax, legend)
+        if legend := legend or ax.get_legend_handles_labels()[0]:
+            ax.legend(handles=legend, **LEGEND)
         ax.set_title(title, fontsize=10, loc="left")
         if ax in (ax_solves, ax_rows):
             # linear y axes: their locator is an AutoLocator, a MaxNLocator, which takes integer=
@@ -262,11 +235,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         if ax is not ax_ratio:
             ax.set_ylim(0, max(1, ax.get_ylim()[1]))
         if not any(np.isfinite(_floats(frame[c])).any() for c in columns):
-            ax.text(
-                0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color=COLOR_MISSING, fontsize=11
-            )
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="#7f7f7f", fontsize=11)
     ax_rows.set_xlim(x[0] - 0.7, x[-1] + 0.7)
-    # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
     if n_days <= 14:  # ConciseDateFormatter would count hours here
         ax_rows.xaxis.set_major_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
         ax_rows.xaxis.set_major_formatter(mdates.DateFormatter("%b %d"))  # type: ignore[no-untyped-call]
@@ -278,10 +248,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         ax_rows.xaxis.set_minor_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
 
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing") if counts.get(s, 0))
-    fig.suptitle(
-        f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} ({n_days} day{'s' if n_days != 1 else ''}: {summary})",
-        fontsize=13,
-    )
+    days = f"{n_days} day{'s' if n_days != 1 else ''}"
+    fig.suptitle(f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} ({days}: {summary})", fontsize=13)
     return fig
 
 
@@ -295,19 +263,13 @@ def build_report(
     store = as_store(data)
     frame = load_health(store)
     out, prefix = (store, store_keys.REPORT) if out_dir is None else (as_store(out_dir), "")
-
     text = frame.to_csv(index=False, date_format="%Y-%m-%d", float_format="%.10g", lineterminator="\n")
     out.write(prefix + CSV_NAME, text.encode("utf-8"))
-
-    fig = plot_health(frame, max_unsolvable_ratio)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    plot_health(frame, max_unsolvable_ratio).savefig(buffer, format="png")
     out.write(prefix + PNG_NAME, buffer.getvalue())
-
-    def where(key: str) -> "Path | str":
-        return Path(out.location(key)) if isinstance(out, LocalStore) else out.location(key)
-
-    return where(prefix + CSV_NAME), where(prefix + PNG_NAME), frame
+    where: Callable[[str], Path | str] = Path if isinstance(out, LocalStore) else str
+    return where(out.location(prefix + CSV_NAME)), where(out.location(prefix + PNG_NAME)), frame
 
 
 # (heading, column, format, width): the report's columns, idle_slot_seconds left off
@@ -366,13 +328,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("PORTAL_DATA_DIR") or "data",
         help="where the health files are (default: env PORTAL_DATA_DIR, else 'data')",
     )
-    parser.add_argument(
-        "--out-dir", metavar="DIR", default=None, help="where the report goes (default: DATA_DIR/report)"
-    )
+    parser.add_argument("--out-dir", metavar="DIR", help="where the report goes (default: DATA_DIR/report)")
     parser.add_argument(
         "--max-unsolvable-ratio",
         type=_ratio,
-        default=None,
         metavar="X",
         help="draw the validation threshold (luigi.cfg [portal] max_unsolvable_ratio)",
     )

@@ -43,7 +43,7 @@ class RegionOutcome:
 
 
 def backoff(base_s: float, jitter_s: float, rng: Any = random) -> Callable[[tenacity.RetryCallState], float]:
-    """tenacity wait: base x (2^n - 1) +- jitter before attempt n + 1."""
+    """tenacity's wait before attempt n + 1."""
 
     def wait(retry_state: tenacity.RetryCallState) -> float:
         jitter: float = rng.uniform(-jitter_s, jitter_s)
@@ -54,9 +54,7 @@ def backoff(base_s: float, jitter_s: float, rng: Any = random) -> Callable[[tena
 
 @dataclass
 class Attempt:
-    """One attempt of the retry policy, from a fresh page: an unsolvable task is resubmitted once for
-    the region (not once per attempt), a second gives the region up; a transient error is counted
-    and raised for tenacity to retry."""
+    """One attempt from a fresh page; its unsolvable count is the region's, not the attempt's."""
 
     out: RegionOutcome
     fetch: Callable[[], Delivery]

@@ -2,20 +2,7 @@
 region's export in one HTTP session, login included (session.py)."""
 
 from .answers import HANDLING, read_answer
-from .page import Form, Page, Widget, parse_page
-from .session import Delivery, Login, Post, Prepared, export_once, prepare
+from .page import parse_page
+from .session import Delivery, Login, Prepared, export_once, prepare
 
-__all__ = [
-    "HANDLING",
-    "Delivery",
-    "Form",
-    "Login",
-    "Page",
-    "Post",
-    "Prepared",
-    "Widget",
-    "export_once",
-    "parse_page",
-    "prepare",
-    "read_answer",
-]
+__all__ = ["HANDLING", "Delivery", "Login", "Prepared", "export_once", "parse_page", "prepare", "read_answer"]

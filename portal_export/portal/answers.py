@@ -1,10 +1,5 @@
-"""Reading the form post's answer as it arrives: JSON records, a JSON list, or CSV; an HTML page
-is no answer yet.
-
-CSV is read with the csv module and nothing else: every value stays the exact string of the file
-(no number, date or NA guessing), an empty field is "", rows keep the file's order. JSON is read
-with json.loads' own scanner, one record at a time (portal/streams.py).
-"""
+"""Reading the form post's answer as it arrives: JSON records, a JSON list, or CSV (every value the
+file's exact string: no number, date or NA guessing); an HTML page is no answer yet."""
 
 from __future__ import annotations
 

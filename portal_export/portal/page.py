@@ -1,9 +1,6 @@
-"""What an HTML page offers: its reCAPTCHA widget, the form around it, its frames, its title.
-
-Pure functions over HTML text (the standard library's html.parser: lenient like a browser, lower-cases
-tag and attribute names, unescapes entities in attribute values), so every variant a portal may
-serve is tested on saved HTML without a network.
-"""
+"""What an HTML page offers: its reCAPTCHA widget, the form around it, its frames, its title. Pure
+functions over HTML text (html.parser: lenient like a browser, names lower-cased, entities in attribute
+values unescaped), so every variant a portal may serve is tested on saved HTML without a network."""
 
 from __future__ import annotations
 
@@ -156,12 +153,9 @@ class _Parser(HTMLParser):
         name = attrs.get("name")
         if not name or kind in _NOT_SENT or "disabled" in attrs or form is None:
             return
-        if kind in ("checkbox", "radio"):
-            if "checked" not in attrs:
-                return
-            form.fields.append((name, attrs.get("value", "on"), kind))
-        else:
-            form.fields.append((name, attrs.get("value", ""), kind))
+        checkable = kind in ("checkbox", "radio")
+        if not checkable or "checked" in attrs:
+            form.fields.append((name, attrs.get("value", "on" if checkable else ""), kind))
 
     def _frame(self, attrs: dict[str, str]) -> None:
         src = attrs["src"]

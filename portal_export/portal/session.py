@@ -113,9 +113,8 @@ def _submit(
     timeout: float,
     stream: bool = False,
 ) -> requests.Response:
-    if form.method == "GET":
-        return http(session, "GET", form.action, what, timeout, params=fields, stream=stream)
-    return http(session, "POST", form.action, what, timeout, data=fields, stream=stream)
+    fields_as = {"params": fields} if form.method == "GET" else {"data": fields}
+    return http(session, form.method, form.action, what, timeout, stream=stream, **fields_as)
 
 
 def log_in(session: requests.Session, base_url: str, login: Login, timeout: float) -> None:
@@ -184,14 +183,8 @@ def prepare(
     what = f"day {day} region {region}"
     if login is not None:
         log_in(session, base_url, login, http_timeout_s)
-    resp = http(
-        session,
-        "GET",
-        f"{base_url}/export",
-        f"export page of {what}",
-        http_timeout_s,
-        params={"day": day, "region": region},
-    )
+    params = {"day": day, "region": region}
+    resp = http(session, "GET", f"{base_url}/export", f"export page of {what}", http_timeout_s, params=params)
     if resp.status_code >= 400:
         raise PermanentError(f"PORTAL_HTTP_{resp.status_code}", f"export page of {what} at {resp.url}")
     page = holder = parse_page(resp.text, resp.url)
@@ -227,10 +220,7 @@ def export_once(
     on_repost: Callable[[str], object] | None = None,
 ) -> Delivery:
     """Load the export page, solve its reCAPTCHA, post its form; the records go to `sink` as the
-    answer arrives, never held whole.
-
-    `on_repost(code)` hears of a form post answered by a gateway error and sent again.
-    """
+    answer arrives, never held whole. `on_repost(code)` hears of a post sent again after a gateway error."""
     what = f"day {day} region {region}"
     with nullcontext(session) if session else requests.Session() as s:
         ready = prepare(s, base_url, day, region, http_timeout_s=http_timeout_s, login=login)

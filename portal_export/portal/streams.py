@@ -1,12 +1,8 @@
-"""Records read from an answer's byte stream one at a time, never the whole answer.
-
-Each record comes out as its line of the day file: the JSON text `json.dumps(record,
-ensure_ascii=False)` writes for it. A JSON record is read by the standard library's own scanner (the
-one `json.loads` uses), so numbers, strings and key order come out exactly as a whole-document
-`json.loads` gives them: big integers, floats as their repr, NaN and Infinity included (an
-incremental parser such as ijson's yajl backend refuses integers past 64 bits). A CSV row is read by
-the csv module and written as the object of its header's names and the row's exact strings.
-"""
+"""Records read from an answer's byte stream one at a time, each as its line of the day file (the text
+`json.dumps(record, ensure_ascii=False)` writes). JSON is read by json.loads' own scanner, so numbers,
+strings and key order come out exactly as a whole-document json.loads gives them, big integers and NaN
+included (ijson's yajl backend refuses integers past 64 bits). A CSV row becomes the object of its
+header's names and the row's exact strings."""
 
 from __future__ import annotations
 
