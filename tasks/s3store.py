@@ -1,10 +1,8 @@
-"""The data dir in an S3-compatible object store, on the boto3 client of Luigi's `luigi.contrib.s3.S3Client`
-(so reached as Luigi's `S3Target`s are: `[s3]`, else boto3's own credential chain).
+"""The data dir in an S3-compatible object store, on the boto3 client of Luigi's `S3Client` (so reached
+as Luigi's `S3Target`s are: `[s3]`, else boto3's own credential chain).
 
-Every write is one `PutObject` of the whole body, never multipart: a killed run leaves no partial or
-temporary object. `create` is `PutObject` with `If-None-Match: *` (412: another writer was first).
-An outage is retried for up to `[portal] store_retry_s`, so a region the portal accepted keeps its
-records through a short one; any other error is one line (`StoreError`).
+Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary object.
+An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`).
 """
 
 from __future__ import annotations
@@ -34,21 +32,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
 
-# S3's rules for a bucket name (the virtual-host-safe subset every S3-compatible store accepts)
-BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # the subset every S3-compatible store accepts
 MISSING = ("NoSuchKey", "404", "NotFound")
-REFUSED = tuple(
-    [
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "AccessDenied",
-        "InvalidToken",
-        "ExpiredToken",
-        "TokenRefreshRequired",
-        "403",
-        "Forbidden",
-    ]
-)
+REFUSED: tuple[str, ...] = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden")
+REFUSED += ("InvalidToken", "ExpiredToken", "TokenRefreshRequired")
+NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
 # botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
 # an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
@@ -106,8 +94,7 @@ class ObjectClient(luigi.contrib.s3.S3Client):
         self.retry = retry or (lambda call, what: call())
 
     @property
-    def api(self) -> Any:
-        """The boto3 (botocore) S3 client behind Luigi's resource."""
+    def api(self) -> Any:  # the botocore client behind Luigi's resource
         return self.s3.meta.client
 
     def exists(self, path: str) -> bool:
@@ -128,7 +115,6 @@ class S3Store:
         _stores.add(self)
 
     def forget_connections(self) -> None:
-        """In a forked child: open new connections rather than use the parent's."""
         resource = self.client._s3
         if resource is None:
             return
@@ -144,14 +130,11 @@ class S3Store:
 
     def error(self, err: BaseException, what: str) -> StoreError:
         """One line naming the store and the cause (the messages botocore gives carry no secret)."""
-        where = f"store {self.url}"
+        where, kind = f"store {self.url}", type(err).__name__
         if isinstance(err, botocore.exceptions.PartialCredentialsError):
             return StoreError("STORE_NO_CREDENTIALS", f"{where}: {err}")
         if isinstance(err, botocore.exceptions.NoCredentialsError):
-            return StoreError(
-                "STORE_NO_CREDENTIALS",
-                f"{where}: no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)",
-            )
+            return StoreError("STORE_NO_CREDENTIALS", f"{where}: {NO_CREDENTIALS}")
         if isinstance(err, botocore.exceptions.ClientError):
             code = error_code(err)
             if code == "NoSuchBucket":
@@ -160,12 +143,10 @@ class S3Store:
                 return StoreError("STORE_CREDENTIALS_REFUSED", f"{where}: credentials refused ({code}) while {what}")
             return StoreError("STORE_ERROR", f"{where}: {code} while {what}")
         if is_outage(err):
-            return StoreError(
-                "STORE_UNREACHABLE", f"{where}: endpoint unreachable while {what} ({type(err).__name__}: {err})"
-            )
+            return StoreError("STORE_UNREACHABLE", f"{where}: endpoint unreachable while {what} ({kind}: {err})")
         if isinstance(err, botocore.exceptions.BotoCoreError):
-            return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}: {err}")
-        return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}")
+            return StoreError("STORE_ERROR", f"{where}: {kind} while {what}: {err}")
+        return StoreError("STORE_ERROR", f"{where}: {kind} while {what}")
 
     def _retry(self, call: Callable[[], T], what: str) -> T:
         """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
@@ -181,18 +162,15 @@ class S3Store:
                     type(err).__name__,
                 )
 
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_outage),
+            stop=tenacity.stop_after_delay(self.retry_s),
+            wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
+            before_sleep=warn,
+            reraise=True,
+        )
         try:
-            for attempt in tenacity.Retrying(
-                retry=tenacity.retry_if_exception(is_outage),
-                stop=tenacity.stop_after_delay(self.retry_s),
-                wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
-                before_sleep=warn,
-                reraise=True,
-            ):
-                with attempt:
-                    result = call()
-        except StoreError:
-            raise
+            result = retrying(call)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
             raise self.error(err, what) from None
         if time.monotonic() - started > 1.0:
@@ -202,8 +180,7 @@ class S3Store:
     def location(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
-    def _object(self, method: str, key: str, **kwargs: Any) -> Any:
-        """The answer to the client's `method` (get_object, put_object, ...) on the object of `key`."""
+    def _object(self, method: str, key: str, **kwargs: Any) -> Any:  # get_object, put_object, ... on `key`
         return getattr(self.client.api, method)(Bucket=self.bucket, Key=self.prefix + key, **kwargs)
 
     def read(self, key: str) -> bytes | None:
@@ -224,14 +201,11 @@ class S3Store:
 
     def body(self, key: str, start: int = 0) -> Any:
         """The object's bytes from `start` on, as botocore's StreamingBody; FileNotFoundError when none."""
-
-        def missing() -> None:
-            raise FileNotFoundError(f"store {self.url}: no object {key}")
-
         extra = {"Range": f"bytes={start}-"} if start else {}
-        return self._retry(
-            lambda: missing_as(lambda: self._object("get_object", key, **extra)["Body"], missing), f"reading {key}"
-        )
+        get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
+        if (body := self._retry(lambda: missing_as(get), f"reading {key}")) is None:
+            raise FileNotFoundError(f"store {self.url}: no object {key}")
+        return body
 
     def create(self, key: str, data: bytes) -> bool:
         def put() -> bool:
@@ -293,8 +267,8 @@ class S3Store:
         return self._retry(times, f"listing {prefix or '/'}")
 
     def check(self) -> None:
-        """Before any other request of a run: the bucket is there and the credentials are taken.
-        One listing of the prefix, not retried (an endpoint that is not there fails in seconds)."""
+        """Before a run's first request: the bucket is there and takes the credentials (one listing, not
+        retried: an endpoint that is not there fails in seconds)."""
         try:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
@@ -335,9 +309,8 @@ class ObjectReader(io.RawIOBase):
 
 
 class ObjectWriter(luigi.target.AtomicLocalFile):
-    """Bytes for an object, spooled to a local file that has no name (nothing is left behind when the
-    process is killed), then put whole, one PutObject retried through an outage: the object exists
-    whole or not at all, and no temporary object ever does. An exception inside `with` puts nothing."""
+    """Bytes spooled to a local file with no name (a killed process leaves nothing), then put whole in one
+    PutObject retried through an outage; an exception inside `with` puts nothing."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key = store, key
@@ -361,8 +334,7 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
 
 
 class ObjectTarget(luigi.contrib.s3.S3Target):
-    """An object of the data dir as a Luigi target: `exists` one HeadObject, `open("r")` a stream,
-    `open("w")` an ObjectWriter, all through the store's retries and one-line errors."""
+    """An object of the data dir as a Luigi target, through the store's retries and one-line errors."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
