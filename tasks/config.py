@@ -1,9 +1,6 @@
-"""The `[captchaai]` and `[portal]` sections of luigi.cfg, with the environment winning over both.
-
-Layering is Luigi's own: luigi.cfg at the root, then the file named by LUIGI_CONFIG_PATH. The API
-key is no parameter at all: it is read from the environment where a request needs it, so it never
-reaches the scheduler, the visualiser or a task id.
-"""
+"""luigi.cfg's sections (layered by Luigi: luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both.
+The API key is no parameter: read from the environment where a request needs it, it never reaches the
+scheduler, the visualiser or a task id."""
 
 import os
 import re
@@ -15,9 +12,8 @@ from portal_export.captchaai import DEFAULT_API_BASE
 
 REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 RESOURCE = "captchaai"  # the Luigi resource that caps solves in flight
-RUN_STARTED = (
-    "PORTAL_EXPORT_RUN_STARTED"  # set by the CLI's run for the health files' seconds_below_cap; tasks inherit it
-)
+# set by the CLI's run for the health files' seconds_below_cap; tasks inherit it
+RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"
 
 
 def configured_cap() -> int:
