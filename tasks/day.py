@@ -36,8 +36,7 @@ class DayExport(PortalTask):
 
     @classmethod
     def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:
-        """RangeDaily's completeness check: one listing of the day objects for the whole range.
-        (`cls` may be a functools.partial of this class, as RangeDaily calls it.)"""
+        """RangeDaily's check, one listing for the whole range (`cls` may be a functools.partial of this class)."""
         return targets.complete_days(list(parameter_tuples))
 
     def failure_key(self) -> str:
@@ -74,9 +73,8 @@ class DayExport(PortalTask):
         self.progress(100)
 
     def health(self, regions: list[str], facts: dict[str, dict[str, Any]]) -> DayHealth:
-        """The day's health. Time under a lowered cap, from one listing of the cap log's window: each
-        region's while it ran (counted here, off the regions' CaptchaAI slots), and the day's from the
-        start of the run that completes it (its regions waiting for a slot included)."""
+        """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
+        here, off the regions' CaptchaAI slots), and the day's from the start of the run completing it."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
         started = config.run_started() or min(starts, default=time.time())
         changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only

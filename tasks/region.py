@@ -67,13 +67,12 @@ class RegionExport(PortalTask):
         return store_keys.region_failure(self.date, self.region)
 
     def clear_failures(self) -> None:
-        """Left to the day: a region's record is read only while the region has no output, so the
-        DayExport that completes its day removes it, off the region's CaptchaAI slot (a request
-        less between two solves when the data dir is an object store)."""
+        """Left to the DayExport that completes the day (a record is read only while the region has no
+        output): no store request on the region's CaptchaAI slot."""
 
     def make_solver(self) -> CaptchaAI:
-        """The CaptchaAI client; tests substitute a fake here. An open breaker, or the governor's
-        verdict that no plan thread frees up, fails the region here, before it loads a page."""
+        """Tests substitute a fake here. An open breaker, or no plan thread freeing up, fails the region
+        before it loads a page."""
         solver = make_solver()
         solver.ready()
         return solver
@@ -114,8 +113,7 @@ class RegionExport(PortalTask):
             facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
             facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
             facts["started_at"], facts["ended_at"] = started, time.time()
-            # One whole write, retried through a store outage within [portal] store_retry_s: the
-            # records of a token the portal accepted are not thrown away for a store that blinked.
+            # retried through a store outage: an accepted token's records outlive a store that blinked
             with self.output().open("w") as out:
                 spool.write_to(out, facts)
         log.info(
