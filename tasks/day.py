@@ -65,7 +65,7 @@ class DayExport(PortalTask):
                 with targets.target(store_keys.failed_health(self.date)).open("w") as failed:
                     failed.write(json.dumps(health, indent=2).encode())
                 raise
-        # The day is complete once both exist: a run killed between the two writes both again.
+        # a run killed between the two writes both again
         with self.output()["health"].open("w") as out:
             out.write(json.dumps(health, indent=2).encode())
         targets.store().delete(store_keys.failed_health(self.date))

@@ -31,16 +31,8 @@ def make_solver() -> CaptchaAI:
         follows_plan=cfg.follow_plan,
         caplog=CapLog(targets.store()),
     )
-    return CaptchaAI(
-        key,
-        config.api_base(),
-        timeout_s=cfg.timeout_s,
-        first_poll_s=cfg.first_poll_s,
-        poll_every_s=cfg.poll_every_s,
-        http_timeout_s=cfg.http_timeout_s,
-        breaker=KeyBreaker(targets.store(), key),
-        gate=gate,
-    )
+    timing = {name: getattr(cfg, name) for name in ("timeout_s", "first_poll_s", "poll_every_s", "http_timeout_s")}
+    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(targets.store(), key), gate=gate)
 
 
 class RegionParameter(luigi.Parameter):
@@ -91,7 +83,7 @@ class RegionExport(PortalTask):
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
             self.progress(min(95, int(100 * elapsed / timeout)))
 
-        p = config.portal()
+        backoff = {name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")}
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
             outcome = export_region(
@@ -100,9 +92,7 @@ class RegionExport(PortalTask):
                 config.portal_base_url(),
                 solver,
                 sink=spool.fill,
-                attempts=p.attempts,
-                retry_base_s=p.retry_base_s,
-                retry_jitter_s=p.retry_jitter_s,
+                **backoff,
                 http_timeout_s=config.captchaai().http_timeout_s,
                 login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
