@@ -113,8 +113,8 @@ def data_dir_text() -> str:
     return (os.environ.get("PORTAL_DATA_DIR") or portal().data_dir).strip()
 
 
-def check_region(name: str) -> str:
-    if not REGION_NAME.fullmatch(name):
+def check_region(name: object) -> str:
+    if not isinstance(name, str) or not REGION_NAME.fullmatch(name):
         raise ConfigError(f"region {name!r}: use letters, digits, - and _ only")
     return name
 

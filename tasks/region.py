@@ -39,8 +39,6 @@ class RegionParameter(luigi.Parameter):
     """Any name [portal] regions accepts (letters, digits, - and _): it names a file and a URL parameter."""
 
     def normalize(self, x: object) -> str:
-        if not isinstance(x, str):
-            raise ValueError(f"region {x!r}: use letters, digits, - and _ only")
         return config.check_region(x)  # its ConfigError is a ValueError, as Luigi expects
 
 
