@@ -12,7 +12,7 @@ from portal_export.captchaai import DEFAULT_API_BASE
 
 REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 RESOURCE = "captchaai"  # the Luigi resource that caps solves in flight
-# set by the CLI's run for the health files' seconds_below_cap; tasks inherit it
+# when the CLI's run started (for the health files' seconds_below_cap); its tasks inherit it
 RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"
 
 
@@ -21,8 +21,7 @@ def configured_cap() -> int:
     return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
 
 
-def run_started() -> float | None:
-    """When the run this task belongs to started (None outside a run of the CLI)."""
+def run_started() -> float | None:  # None outside a run of the CLI
     value = os.environ.get(RUN_STARTED)
     return float(value) if value else None
 

@@ -81,5 +81,4 @@ class DayExport(PortalTask):
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
-        below = seconds_below(changes, started, time.time())
-        return day_health(self.date, regions, facts, below)
+        return day_health(self.date, regions, facts, seconds_below(changes, started, time.time()))
