@@ -27,65 +27,44 @@ def run_started() -> float | None:  # None outside a run of the CLI
 
 
 class captchaai(luigi.Config):
-    api_base = luigi.Parameter(
-        default=DEFAULT_API_BASE, description="base URL of the CaptchaAI-protocol API (env CAPTCHAAI_API_BASE wins)"
-    )
+    api_base = luigi.Parameter(default=DEFAULT_API_BASE, description="the API's base URL (env CAPTCHAAI_API_BASE wins)")
     timeout_s = luigi.FloatParameter(default=120.0, description="deadline of one solve, counted from submit")
     first_poll_s = luigi.FloatParameter(default=15.0, description="wait before the first poll")
     poll_every_s = luigi.FloatParameter(default=5.0, description="wait between polls")
     http_timeout_s = luigi.FloatParameter(default=30.0, description="timeout of one HTTP call to the API")
-    spare_threads = luigi.IntParameter(
-        default=1, description="plan threads never used, left for manual runs and timed-out tasks"
-    )
-    follow_plan = luigi.BoolParameter(
-        default=True, description="keep the cap in force at min([resources] captchaai, what the live plan leaves)"
-    )
+    spare_threads = luigi.IntParameter(default=1, description="plan threads left for manual runs and timed-out tasks")
+    follow_plan = luigi.BoolParameter(default=True, description="the cap in force follows what the live plan leaves")
     plan_every_s = luigi.FloatParameter(default=30.0, description="how often the plan is re-read while runs go")
 
 
 class portal(luigi.Config):
-    attempts = luigi.IntParameter(
-        default=4, description="attempts per region for transient failures, the first included"
-    )
+    attempts = luigi.IntParameter(default=4, description="attempts per region for transient failures, first included")
     retry_base_s = luigi.FloatParameter(default=10.0, description="backoff base: base x (2^n - 1) before attempt n + 1")
     retry_jitter_s = luigi.FloatParameter(default=10.0, description="each backoff wait moves by up to +- this")
     base_url = luigi.Parameter(
-        default="https://reports.partner.example",
-        description="base URL of the partner portal (env PORTAL_BASE_URL wins)",
+        default="https://reports.partner.example", description="the portal's base URL (env PORTAL_BASE_URL wins)"
     )
-    data_dir = luigi.Parameter(
-        default="data", description="where outputs go: a path or s3://BUCKET/PREFIX (env PORTAL_DATA_DIR wins)"
-    )
-    store_retry_s = luigi.FloatParameter(
-        default=120.0, description="how long a request to an object store that does not answer is retried"
-    )
+    data_dir = luigi.Parameter(default="data", description="a path or s3://BUCKET/PREFIX (env PORTAL_DATA_DIR wins)")
+    store_retry_s = luigi.FloatParameter(default=120.0, description="seconds an object store's outage is retried")
     regions = luigi.Parameter(
         default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
     )
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
     heal_after_hours = luigi.FloatParameter(
-        default=20.0,
-        description="a day that failed validation is solved again (its unsolvable regions) by the first run this long after",
+        default=20.0, description="a failed day's unsolvable regions are solved again by the first run this long after"
     )
     keep_state_days = luigi.FloatParameter(
-        default=30.0,
-        description="days the pipeline keeps its own state (shared state, failure records, luigid history) after last use",
+        default=30.0, description="days _state/, failure records and luigid history are kept after last use"
     )
-    login_path = luigi.Parameter(
-        default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
-    )
+    login_path = luigi.Parameter(default="/login", description="the login form's path (with PORTAL_USERNAME set)")
     metrics_window_days = luigi.IntParameter(
         default=35, description="/metrics counts missing and failed days among this many days before today (UTC)"
     )
 
 
 class alerts(luigi.Config):
-    p95_warn_s = luigi.FloatParameter(
-        default=60.0, description="a completed run whose days have a p95 solve time above this sends a warning"
-    )
-    webhook_timeout_s = luigi.FloatParameter(
-        default=10.0, description="seconds the alert webhook may take to connect, and to answer"
-    )
+    p95_warn_s = luigi.FloatParameter(default=60.0, description="a run whose days' p95 solve time is above this warns")
+    webhook_timeout_s = luigi.FloatParameter(default=10.0, description="the alert webhook's connect and read timeout")
 
 
 class ConfigError(ValueError):
