@@ -48,17 +48,16 @@ CLIENT_CONFIG = botocore.config.Config(
 def parse_url(url: str) -> tuple[str, str]:
     """(bucket, prefix ending in "/" or empty) of `s3://BUCKET[/PREFIX]`; StoreError when malformed."""
     parts = urlsplit(url)
-    if parts.scheme != "s3" or parts.query or parts.fragment or "@" in parts.netloc:
-        raise StoreError("STORE_BAD_URL", f"store {url}: give s3://BUCKET/PREFIX")
-    if not BUCKET_NAME.fullmatch(parts.netloc) or ".." in parts.netloc:
-        raise StoreError(
-            "STORE_BAD_URL",
-            f"store {url}: {parts.netloc!r} is no bucket name (3-63 of a-z, 0-9, '.', '-'): give s3://BUCKET/PREFIX",
-        )
     prefix = parts.path.strip("/")
-    if "//" in prefix or any(seg in (".", "..") for seg in prefix.split("/")):
-        raise StoreError("STORE_BAD_URL", f"store {url}: the prefix has an empty, '.' or '..' segment")
-    return parts.netloc, f"{prefix}/" if prefix else ""
+    if parts.scheme != "s3" or parts.query or parts.fragment or "@" in parts.netloc:
+        problem = "give s3://BUCKET/PREFIX"
+    elif not BUCKET_NAME.fullmatch(parts.netloc) or ".." in parts.netloc:
+        problem = f"{parts.netloc!r} is no bucket name (3-63 of a-z, 0-9, '.', '-'): give s3://BUCKET/PREFIX"
+    elif "//" in prefix or any(seg in (".", "..") for seg in prefix.split("/")):
+        problem = "the prefix has an empty, '.' or '..' segment"
+    else:
+        return parts.netloc, f"{prefix}/" if prefix else ""
+    raise StoreError("STORE_BAD_URL", f"store {url}: {problem}")
 
 
 def is_outage(err: BaseException) -> bool:
@@ -69,9 +68,8 @@ def is_outage(err: BaseException) -> bool:
 
 
 def error_code(err: botocore.exceptions.ClientError) -> str:
-    return str(
-        err.response.get("Error", {}).get("Code") or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    )
+    error, meta = err.response.get("Error", {}), err.response.get("ResponseMetadata", {})
+    return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
 def missing_as(call: Callable[[], T], missing: Callable[[], T | None] = lambda: None) -> T | None:
@@ -155,12 +153,8 @@ class S3Store:
         def warn(state: tenacity.RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome is not None else None
             if state.attempt_number == 1 and err is not None:
-                log.warning(
-                    "%s: waiting up to %.0f s for it to answer (%s)",
-                    self.error(err, what),
-                    self.retry_s,
-                    type(err).__name__,
-                )
+                waiting = f"waiting up to {self.retry_s:.0f} s for it to answer ({type(err).__name__})"
+                log.warning("%s: %s", self.error(err, what), waiting)
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_outage),
