@@ -1,9 +1,7 @@
-"""Task processes that die with their worker, and end quietly when stopped.
-
-With workers > 1 each task runs in a forked child that would outlive a killed worker and keep solving,
-over the cap once the scheduler frees the dead worker's slots: PR_SET_PDEATHSIG has the kernel kill it.
-The worker's completion-cache server (a multiprocessing.Manager) gets the same end.
-"""
+"""Task processes that die with their worker, and end quietly when stopped. With workers > 1 each task
+runs in a forked child that would outlive a killed worker and keep solving, over the cap once the
+scheduler frees the dead worker's slots: PR_SET_PDEATHSIG has the kernel kill it. The worker's
+completion-cache server (a multiprocessing.Manager) gets the same end."""
 
 import contextlib
 import ctypes

@@ -104,14 +104,8 @@ class RegionExport(PortalTask):
             # retried through a store outage: an accepted token's records outlive a store that blinked
             with self.output().open("w") as out:
                 spool.write_to(out, facts)
-        log.info(
-            "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
-            self.date,
-            self.region,
-            outcome.status,
-            facts["rows"],
-            ",".join(outcome.task_ids),
-            "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s",
-        )
+        where, task_ids = f"day {self.date} region {self.region}", ",".join(outcome.task_ids)
+        solve = "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s"
+        log.info("%s: %s, %d rows, CaptchaAI tasks %s, solve %s", where, outcome.status, facts["rows"], task_ids, solve)
         self.status(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
         self.progress(100)

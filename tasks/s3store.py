@@ -1,9 +1,6 @@
-"""The data dir in an S3-compatible object store, on the boto3 client of Luigi's `S3Client` (so reached
-as Luigi's `S3Target`s are: `[s3]`, else boto3's own credential chain).
-
-Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary object.
-An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`).
-"""
+"""The data dir in an S3-compatible object store, reached as Luigi's `S3Target`s are (`[s3]`, else boto3's
+chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
+object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Keeping the secrets out of everything Luigi shows, logs or stores. The client puts the key only in a
 POST body; this is the second line: whatever a library writes into a message or a traceback is scrubbed
-before it is logged or handed to Luigi (whose `on_failure` text reaches luigid and its state file).
-"""
+before it is logged or handed to Luigi (whose `on_failure` text reaches luigid and its state file)."""
 
 import logging
 import os
