@@ -47,7 +47,6 @@ class PortalTask(luigi.Task):
         raise NotImplementedError
 
     def clear_failures(self) -> None:
-        """After success: the failure records this task's success makes stale."""
         clear_failure(targets.store(), self.failure_key())
 
     def failure_key(self) -> str:

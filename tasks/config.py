@@ -87,7 +87,6 @@ def portal_base_url() -> str:
 
 
 def data_dir_text() -> str:
-    """The data dir as given: a path, or s3://BUCKET/PREFIX (tasks/targets.py builds the store)."""
     return (os.environ.get("PORTAL_DATA_DIR") or portal().data_dir).strip()
 
 

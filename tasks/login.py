@@ -18,7 +18,6 @@ from . import config, targets
 
 
 def portal_login() -> Login | None:
-    """The login to use, or None when PORTAL_USERNAME is unset (a portal without login)."""
     username = os.environ.get("PORTAL_USERNAME", "").strip()
     if not username:
         return None

@@ -191,7 +191,6 @@ class S3Store:
         self._retry(put, f"writing {key}")
 
     def body(self, key: str, start: int = 0) -> Any:
-        """The object's bytes from `start` on, as botocore's StreamingBody; FileNotFoundError when none."""
         extra = {"Range": f"bytes={start}-"} if start else {}
         get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
         if (body := self._retry(lambda: missing_as(get), f"reading {key}")) is None:
@@ -325,8 +324,6 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
 
 
 class ObjectTarget(luigi.contrib.s3.S3Target):
-    """An object of the data dir as a Luigi target, through the store's retries and one-line errors."""
-
     def __init__(self, store: S3Store, key: str) -> None:
         super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
         self.store, self.key = store, key

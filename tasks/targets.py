@@ -66,7 +66,6 @@ def worker_settings() -> dict[str, object]:
 
 
 def where() -> str:
-    """The data dir for messages: an absolute path, or the s3:// URL."""
     s = store()
     return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
 
