@@ -29,10 +29,8 @@ class DayExport(PortalTask):
 
     def output(self) -> dict[str, luigi.target.FileSystemTarget]:
         # A day is complete when these two exist: they are written only for validated days.
-        return {
-            "records": targets.target(store_keys.day_records(self.date)),
-            "health": targets.target(store_keys.day_health(self.date)),
-        }
+        records, health = store_keys.day_records(self.date), store_keys.day_health(self.date)
+        return {"records": targets.target(records), "health": targets.target(health)}
 
     @classmethod
     def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:

@@ -181,15 +181,6 @@ class S3Store:
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
 
-    def put_file(self, key: str, f: io.BufferedReader) -> None:
-        """One PutObject of the file's bytes, streamed from it (sent whole again on a retry)."""
-
-        def put() -> None:
-            f.seek(0)
-            self._object("put_object", key, Body=f)
-
-        self._retry(put, f"writing {key}")
-
     def body(self, key: str, start: int = 0) -> Any:
         extra = {"Range": f"bytes={start}-"} if start else {}
         get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
@@ -319,8 +310,13 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
         if self.closed:
             return
         io.BufferedWriter.close(self)
+
+        def put() -> None:  # one PutObject streamed from the file, sent whole again on a retry
+            self.spooled.seek(0)
+            self.store._object("put_object", self.key, Body=self.spooled)
+
         with self.spooled:
-            self.store.put_file(self.key, self.spooled)
+            self.store._retry(put, f"writing {self.key}")
 
 
 class ObjectTarget(luigi.contrib.s3.S3Target):
