@@ -54,7 +54,7 @@ class portal(luigi.Config):
         default=20.0, description="a failed day's unsolvable regions are solved again by the first run this long after"
     )
     keep_state_days = luigi.FloatParameter(
-        default=30.0, description="days _state/, failure records and luigid history are kept after last use"
+        default=30.0, description="days its own state, failure records and luigid history are kept after last use"
     )
     login_path = luigi.Parameter(default="/login", description="the login form's path (with PORTAL_USERNAME set)")
     metrics_window_days = luigi.IntParameter(
