@@ -2,8 +2,6 @@
 failure the visualiser shows by its code, never the key."""
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import luigi
 
@@ -20,24 +18,10 @@ def error_code(err: BaseException) -> str:
     return getattr(err, "code", None) or type(err).__name__
 
 
-@contextmanager
-def failure_shown(task: "PortalTask") -> Iterator[None]:
-    """On failure, replace the task's last progress message with the error's code.
-
-    Inside run(): Luigi unhooks set_status_message before it calls on_failure.
-    """
-    try:
-        yield
-    except Exception as err:
-        task.status(scrub(f"failed: {error_code(err)}"))
-        raise
-
-
 class PortalTask(luigi.Task):
-    # Transient errors are retried inside the task with backoff, so a failure that reaches Luigi
-    # is permanent, failed validation or has used every attempt: one attempt, then DISABLED, and a
-    # keep-alive worker moves on instead of re-running it every retry_delay. The CLI re-enables
-    # the disabled tasks of its days on the next run.
+    # Transient errors are retried inside the task, so a failure that reaches Luigi is final: one
+    # attempt, then DISABLED, and a keep-alive worker moves on instead of re-running it every
+    # retry_delay. The CLI re-enables the disabled tasks of its days on the next run.
     retry_count = 1
 
     def status(self, message: str) -> None:
@@ -51,15 +35,18 @@ class PortalTask(luigi.Task):
 
     def run(self) -> None:
         die_with_worker()  # a killed run must not leave this process solving or writing
-        with stops_quietly(), failure_shown(self):
-            self.work()
+        with stops_quietly():
+            try:
+                self.work()
+            except Exception as err:  # here: Luigi unhooks set_status_message before it calls on_failure
+                self.status(scrub(f"failed: {error_code(err)}"))
+                raise
         self.clear_failures()
 
     def work(self) -> None:
         raise NotImplementedError
 
     def clear_failures(self) -> None:
-        """After success: the failure records this task's success makes stale."""
         clear_failure(targets.store(), self.failure_key())
 
     def failure_key(self) -> str:
@@ -69,6 +56,6 @@ class PortalTask(luigi.Task):
     def on_failure(self, exception: BaseException) -> str:
         try:
             write_failure(targets.store(), self.failure_key(), error_code(exception), scrub(str(exception))[:300])
-        except Exception as err:  # an OSError, a store that is down:  # the failure itself must still reach Luigi
+        except Exception as err:  # an OSError, a store that is down: the failure itself must still reach Luigi
             log.warning("could not record the failure of %s: %s", self, err)
         return format_failure(exception)

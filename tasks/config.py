@@ -1,9 +1,6 @@
-"""The `[captchaai]` and `[portal]` sections of luigi.cfg, with the environment winning over both.
-
-Layering is Luigi's own: luigi.cfg at the root, then the file named by LUIGI_CONFIG_PATH. The API
-key is no parameter at all: it is read from the environment where a request needs it, so it never
-reaches the scheduler, the visualiser or a task id.
-"""
+"""luigi.cfg's sections (layered by Luigi: luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both.
+The API key is no parameter: read from the environment where a request needs it, it never reaches the
+scheduler, the visualiser or a task id."""
 
 import os
 import re
@@ -15,9 +12,8 @@ from portal_export.captchaai import DEFAULT_API_BASE
 
 REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 RESOURCE = "captchaai"  # the Luigi resource that caps solves in flight
-RUN_STARTED = (
-    "PORTAL_EXPORT_RUN_STARTED"  # set by the CLI's run for the health files' seconds_below_cap; tasks inherit it
-)
+# when the CLI's run started (for the health files' seconds_below_cap); its tasks inherit it
+RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"
 
 
 def configured_cap() -> int:
@@ -25,72 +21,50 @@ def configured_cap() -> int:
     return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
 
 
-def run_started() -> float | None:
-    """When the run this task belongs to started (None outside a run of the CLI)."""
+def run_started() -> float | None:  # None outside a run of the CLI
     value = os.environ.get(RUN_STARTED)
     return float(value) if value else None
 
 
 class captchaai(luigi.Config):
-    api_base = luigi.Parameter(
-        default=DEFAULT_API_BASE, description="base URL of the CaptchaAI-protocol API (env CAPTCHAAI_API_BASE wins)"
-    )
+    api_base = luigi.Parameter(default=DEFAULT_API_BASE, description="the API's base URL (env CAPTCHAAI_API_BASE wins)")
     timeout_s = luigi.FloatParameter(default=120.0, description="deadline of one solve, counted from submit")
     first_poll_s = luigi.FloatParameter(default=15.0, description="wait before the first poll")
     poll_every_s = luigi.FloatParameter(default=5.0, description="wait between polls")
     http_timeout_s = luigi.FloatParameter(default=30.0, description="timeout of one HTTP call to the API")
-    spare_threads = luigi.IntParameter(
-        default=1, description="plan threads never used, left for manual runs and timed-out tasks"
-    )
-    follow_plan = luigi.BoolParameter(
-        default=True, description="keep the cap in force at min([resources] captchaai, what the live plan leaves)"
-    )
+    spare_threads = luigi.IntParameter(default=1, description="plan threads left for manual runs and timed-out tasks")
+    follow_plan = luigi.BoolParameter(default=True, description="the cap in force follows what the live plan leaves")
     plan_every_s = luigi.FloatParameter(default=30.0, description="how often the plan is re-read while runs go")
 
 
 class portal(luigi.Config):
-    attempts = luigi.IntParameter(
-        default=4, description="attempts per region for transient failures, the first included"
-    )
+    attempts = luigi.IntParameter(default=4, description="attempts per region for transient failures, first included")
     retry_base_s = luigi.FloatParameter(default=10.0, description="backoff base: base x (2^n - 1) before attempt n + 1")
     retry_jitter_s = luigi.FloatParameter(default=10.0, description="each backoff wait moves by up to +- this")
     base_url = luigi.Parameter(
-        default="https://reports.partner.example",
-        description="base URL of the partner portal (env PORTAL_BASE_URL wins)",
+        default="https://reports.partner.example", description="the portal's base URL (env PORTAL_BASE_URL wins)"
     )
-    data_dir = luigi.Parameter(
-        default="data", description="where outputs go: a path or s3://BUCKET/PREFIX (env PORTAL_DATA_DIR wins)"
-    )
-    store_retry_s = luigi.FloatParameter(
-        default=120.0, description="how long a request to an object store that does not answer is retried"
-    )
+    data_dir = luigi.Parameter(default="data", description="a path or s3://BUCKET/PREFIX (env PORTAL_DATA_DIR wins)")
+    store_retry_s = luigi.FloatParameter(default=120.0, description="seconds an object store's outage is retried")
     regions = luigi.Parameter(
         default="north,south,east,west", description="comma-separated region names (letters, digits, - and _)"
     )
     max_unsolvable_ratio = luigi.FloatParameter(default=0.25, description="the day fails validation above this")
     heal_after_hours = luigi.FloatParameter(
-        default=20.0,
-        description="a day that failed validation is solved again (its unsolvable regions) by the first run this long after",
+        default=20.0, description="a failed day's unsolvable regions are solved again by the first run this long after"
     )
     keep_state_days = luigi.FloatParameter(
-        default=30.0,
-        description="days the pipeline keeps its own state (shared state, failure records, luigid history) after last use",
+        default=30.0, description="days its own state, failure records and luigid history are kept after last use"
     )
-    login_path = luigi.Parameter(
-        default="/login", description="the login form's path, used when PORTAL_USERNAME is set"
-    )
+    login_path = luigi.Parameter(default="/login", description="the login form's path (with PORTAL_USERNAME set)")
     metrics_window_days = luigi.IntParameter(
         default=35, description="/metrics counts missing and failed days among this many days before today (UTC)"
     )
 
 
 class alerts(luigi.Config):
-    p95_warn_s = luigi.FloatParameter(
-        default=60.0, description="a completed run whose days have a p95 solve time above this sends a warning"
-    )
-    webhook_timeout_s = luigi.FloatParameter(
-        default=10.0, description="seconds the alert webhook may take to connect, and to answer"
-    )
+    p95_warn_s = luigi.FloatParameter(default=60.0, description="a run whose days' p95 solve time is above this warns")
+    webhook_timeout_s = luigi.FloatParameter(default=10.0, description="the alert webhook's connect and read timeout")
 
 
 class ConfigError(ValueError):
@@ -113,12 +87,11 @@ def portal_base_url() -> str:
 
 
 def data_dir_text() -> str:
-    """The data dir as given: a path, or s3://BUCKET/PREFIX (tasks/targets.py builds the store)."""
     return (os.environ.get("PORTAL_DATA_DIR") or portal().data_dir).strip()
 
 
-def check_region(name: str) -> str:
-    if not REGION_NAME.fullmatch(name):
+def check_region(name: object) -> str:
+    if not isinstance(name, str) or not REGION_NAME.fullmatch(name):
         raise ConfigError(f"region {name!r}: use letters, digits, - and _ only")
     return name
 

@@ -29,15 +29,12 @@ class DayExport(PortalTask):
 
     def output(self) -> dict[str, luigi.target.FileSystemTarget]:
         # A day is complete when these two exist: they are written only for validated days.
-        return {
-            "records": targets.target(store_keys.day_records(self.date)),
-            "health": targets.target(store_keys.day_health(self.date)),
-        }
+        records, health = store_keys.day_records(self.date), store_keys.day_health(self.date)
+        return {"records": targets.target(records), "health": targets.target(health)}
 
     @classmethod
     def bulk_complete(cls, parameter_tuples: Iterable[datetime.date]) -> list[datetime.date]:
-        """RangeDaily's completeness check: one listing of the day objects for the whole range.
-        (`cls` may be a functools.partial of this class, as RangeDaily calls it.)"""
+        """RangeDaily's check, one listing for the whole range (`cls` may be a functools.partial of this class)."""
         return targets.complete_days(list(parameter_tuples))
 
     def failure_key(self) -> str:
@@ -66,7 +63,7 @@ class DayExport(PortalTask):
                 with targets.target(store_keys.failed_health(self.date)).open("w") as failed:
                     failed.write(json.dumps(health, indent=2).encode())
                 raise
-        # The day is complete once both exist: a run killed between the two writes both again.
+        # a run killed between the two writes both again
         with self.output()["health"].open("w") as out:
             out.write(json.dumps(health, indent=2).encode())
         targets.store().delete(store_keys.failed_health(self.date))
@@ -74,14 +71,12 @@ class DayExport(PortalTask):
         self.progress(100)
 
     def health(self, regions: list[str], facts: dict[str, dict[str, Any]]) -> DayHealth:
-        """The day's health. Time under a lowered cap, from one listing of the cap log's window: each
-        region's while it ran (counted here, off the regions' CaptchaAI slots), and the day's from the
-        start of the run that completes it (its regions waiting for a slot included)."""
+        """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
+        here, off the regions' CaptchaAI slots), and the day's from the start of the run completing it."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
         started = config.run_started() or min(starts, default=time.time())
         changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
-        below = seconds_below(changes, started, time.time())
-        return day_health(self.date, regions, facts, below)
+        return day_health(self.date, regions, facts, seconds_below(changes, started, time.time()))

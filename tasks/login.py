@@ -1,9 +1,6 @@
-"""The portal login from the environment (PORTAL_USERNAME / PORTAL_PASSWORD only), with its breaker.
-
-The breaker file is named by a fingerprint of the base URL, user and password together, beside the
-key's in <data dir>/_state/: a wrong password stops every task of every run after the first refusal,
-`make clear-breaker` clears it, and a corrected password is not blocked by the old one's file.
-"""
+"""The portal login from the environment (PORTAL_USERNAME / PORTAL_PASSWORD only), with its breaker,
+named by base URL, user and password together: a wrong password stops every run after its first
+refusal (`make clear-breaker` clears it), and a corrected one is not blocked by the old one's breaker."""
 
 from __future__ import annotations
 
@@ -21,7 +18,6 @@ from . import config, targets
 
 
 def portal_login() -> Login | None:
-    """The login to use, or None when PORTAL_USERNAME is unset (a portal without login)."""
     username = os.environ.get("PORTAL_USERNAME", "").strip()
     if not username:
         return None
@@ -36,10 +32,8 @@ def portal_login() -> Login | None:
 
 
 def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
-    """Log in once before a run, so a wrong password fails it before any captcha request leaves.
-
-    A portal that is down now is no reason to refuse the run: its tasks retry with backoff.
-    """
+    """Log in once before a run, so a wrong password fails it before any captcha request leaves;
+    a portal that is down now is no reason to refuse it (its tasks retry with backoff)."""
     login = portal_login()
     if login is None:
         return

@@ -1,11 +1,7 @@
-"""Task processes that die with their worker.
-
-With workers > 1 Luigi runs each task in a forked child, and a child outlives a SIGKILLed or
-SIGTERMed parent: it would go on solving, and once the scheduler frees the dead worker's slots,
-more solves than the cap would be in flight. PR_SET_PDEATHSIG has the kernel kill it instead.
-The worker's helper process (its completion cache, a multiprocessing.Manager server, which never
-notices its parent's death) is given the same end, or every killed run would leave one behind.
-"""
+"""Task processes that die with their worker, and end quietly when stopped. With workers > 1 each task
+runs in a forked child that would outlive a killed worker and keep solving, over the cap once the
+scheduler frees the dead worker's slots: PR_SET_PDEATHSIG has the kernel kill it. The worker's
+completion-cache server (a multiprocessing.Manager) gets the same end."""
 
 import contextlib
 import ctypes
@@ -40,8 +36,7 @@ os.register_at_fork(after_in_child=_helper_dies_with_worker)
 
 @contextlib.contextmanager
 def helpers_die_with_worker() -> Iterator[None]:
-    """Processes this one forks within the block (Luigi's Worker starts its helpers as it is made)
-    die with it, as its task processes do."""
+    """Processes forked within the block (Luigi's Worker starts its helpers as it is made) die with this one."""
     global _starting_helpers
     _starting_helpers = True
     try:
@@ -59,30 +54,24 @@ def _deaf_to_stops() -> None:
 
 
 def end_quietly() -> None:
-    """A stopped task process's end: 130, nothing printed, and a second stop (the worker passes its
-    own on) no longer heard while it ends."""
+    """A stopped task process's end: 130, nothing printed, deaf to the stop its worker passes on."""
     _deaf_to_stops()
     sys.stderr.flush()
     os._exit(128 + signal.SIGINT)
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """The first stop unwinds the task; one more (the worker passes its own on) must not cut short
-    the `finally` blocks releasing its in-flight marks."""
+    """The first stop unwinds the task; the next must not cut short the `finally` releasing its marks."""
     _deaf_to_stops()
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
 def stops_quietly() -> Iterator[None]:
-    """A task process told to stop (Ctrl-C at the terminal, or the signal its worker passes on:
-    ops/stopping.py) ends once the task has unwound, its solves abandoned and their marks
-    released: no traceback, and no failure reported for a task nobody let finish. Where the
-    worker runs the task itself (workers=1) the worker stops as a whole instead.
-
-    A stop interrupts a task process only within its task's run: a signal that a run handles
-    (ops/stopping.py ends a task process at once outside it, where Luigi and multiprocessing would
-    print the interruption, or a forked child could unwind into its worker's code) raises here."""
+    """A forked task process told to stop (Ctrl-C, or its worker passing a stop on) ends once the task
+    has unwound and released its marks: no traceback, no failure reported; with workers=1 the worker
+    stops as a whole. Only a stop a run handles raises here, and only within the task's run: outside it
+    ops/stopping.py ends the process at once (no printed interruption, no unwinding into the worker)."""
     forked = os.getpid() != WORKER_PID
     handled = {s: h for s in STOPS if callable(h := signal.getsignal(s))} if forked else {}
     for signum in handled:

@@ -31,24 +31,14 @@ def make_solver() -> CaptchaAI:
         follows_plan=cfg.follow_plan,
         caplog=CapLog(targets.store()),
     )
-    return CaptchaAI(
-        key,
-        config.api_base(),
-        timeout_s=cfg.timeout_s,
-        first_poll_s=cfg.first_poll_s,
-        poll_every_s=cfg.poll_every_s,
-        http_timeout_s=cfg.http_timeout_s,
-        breaker=KeyBreaker(targets.store(), key),
-        gate=gate,
-    )
+    timing = {name: getattr(cfg, name) for name in ("timeout_s", "first_poll_s", "poll_every_s", "http_timeout_s")}
+    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(targets.store(), key), gate=gate)
 
 
 class RegionParameter(luigi.Parameter):
     """Any name [portal] regions accepts (letters, digits, - and _): it names a file and a URL parameter."""
 
     def normalize(self, x: object) -> str:
-        if not isinstance(x, str):
-            raise ValueError(f"region {x!r}: use letters, digits, - and _ only")
         return config.check_region(x)  # its ConfigError is a ValueError, as Luigi expects
 
 
@@ -67,13 +57,12 @@ class RegionExport(PortalTask):
         return store_keys.region_failure(self.date, self.region)
 
     def clear_failures(self) -> None:
-        """Left to the day: a region's record is read only while the region has no output, so the
-        DayExport that completes its day removes it, off the region's CaptchaAI slot (a request
-        less between two solves when the data dir is an object store)."""
+        """Left to the DayExport that completes the day (a record is read only while the region has no
+        output): no store request on the region's CaptchaAI slot."""
 
     def make_solver(self) -> CaptchaAI:
-        """The CaptchaAI client; tests substitute a fake here. An open breaker, or the governor's
-        verdict that no plan thread frees up, fails the region here, before it loads a page."""
+        """Tests substitute a fake here. An open breaker, or no plan thread freeing up, fails the region
+        before it loads a page."""
         solver = make_solver()
         solver.ready()
         return solver
@@ -92,7 +81,7 @@ class RegionExport(PortalTask):
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
             self.progress(min(95, int(100 * elapsed / timeout)))
 
-        p = config.portal()
+        backoff = {name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")}
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
             outcome = export_region(
@@ -101,9 +90,7 @@ class RegionExport(PortalTask):
                 config.portal_base_url(),
                 solver,
                 sink=spool.fill,
-                attempts=p.attempts,
-                retry_base_s=p.retry_base_s,
-                retry_jitter_s=p.retry_jitter_s,
+                **backoff,
                 http_timeout_s=config.captchaai().http_timeout_s,
                 login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
@@ -114,18 +101,11 @@ class RegionExport(PortalTask):
             facts["resent_submits"] = list(getattr(solver, "resent", []))  # sent again at once, no attempt lost
             facts["busy_waits"] = getattr(solver, "busy_waits", 0)  # refused for busy threads, waited out
             facts["started_at"], facts["ended_at"] = started, time.time()
-            # One whole write, retried through a store outage within [portal] store_retry_s: the
-            # records of a token the portal accepted are not thrown away for a store that blinked.
+            # retried through a store outage: an accepted token's records outlive a store that blinked
             with self.output().open("w") as out:
                 spool.write_to(out, facts)
-        log.info(
-            "day %s region %s: %s, %d rows, CaptchaAI tasks %s, solve %s",
-            self.date,
-            self.region,
-            outcome.status,
-            facts["rows"],
-            ",".join(outcome.task_ids),
-            "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s",
-        )
+        where, task_ids = f"day {self.date} region {self.region}", ",".join(outcome.task_ids)
+        solve = "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s"
+        log.info("%s: %s, %d rows, CaptchaAI tasks %s, solve %s", where, outcome.status, facts["rows"], task_ids, solve)
         self.status(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
         self.progress(100)

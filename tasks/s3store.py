@@ -1,11 +1,6 @@
-"""The data dir in an S3-compatible object store, on the boto3 client of Luigi's `luigi.contrib.s3.S3Client`
-(so reached as Luigi's `S3Target`s are: `[s3]`, else boto3's own credential chain).
-
-Every write is one `PutObject` of the whole body, never multipart: a killed run leaves no partial or
-temporary object. `create` is `PutObject` with `If-None-Match: *` (412: another writer was first).
-An outage is retried for up to `[portal] store_retry_s`, so a region the portal accepted keeps its
-records through a short one; any other error is one line (`StoreError`).
-"""
+"""The data dir in an S3-compatible object store, reached as Luigi's `S3Target`s are (`[s3]`, else boto3's
+chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
+object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
 
 from __future__ import annotations
 
@@ -34,21 +29,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
 
-# S3's rules for a bucket name (the virtual-host-safe subset every S3-compatible store accepts)
-BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # the subset every S3-compatible store accepts
 MISSING = ("NoSuchKey", "404", "NotFound")
-REFUSED = tuple(
-    [
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "AccessDenied",
-        "InvalidToken",
-        "ExpiredToken",
-        "TokenRefreshRequired",
-        "403",
-        "Forbidden",
-    ]
-)
+REFUSED: tuple[str, ...] = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden")
+REFUSED += ("InvalidToken", "ExpiredToken", "TokenRefreshRequired")
+NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
 # botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
 # an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
@@ -60,17 +45,16 @@ CLIENT_CONFIG = botocore.config.Config(
 def parse_url(url: str) -> tuple[str, str]:
     """(bucket, prefix ending in "/" or empty) of `s3://BUCKET[/PREFIX]`; StoreError when malformed."""
     parts = urlsplit(url)
-    if parts.scheme != "s3" or parts.query or parts.fragment or "@" in parts.netloc:
-        raise StoreError("STORE_BAD_URL", f"store {url}: give s3://BUCKET/PREFIX")
-    if not BUCKET_NAME.fullmatch(parts.netloc) or ".." in parts.netloc:
-        raise StoreError(
-            "STORE_BAD_URL",
-            f"store {url}: {parts.netloc!r} is no bucket name (3-63 of a-z, 0-9, '.', '-'): give s3://BUCKET/PREFIX",
-        )
     prefix = parts.path.strip("/")
-    if "//" in prefix or any(seg in (".", "..") for seg in prefix.split("/")):
-        raise StoreError("STORE_BAD_URL", f"store {url}: the prefix has an empty, '.' or '..' segment")
-    return parts.netloc, f"{prefix}/" if prefix else ""
+    if parts.scheme != "s3" or parts.query or parts.fragment or "@" in parts.netloc:
+        problem = "give s3://BUCKET/PREFIX"
+    elif not BUCKET_NAME.fullmatch(parts.netloc) or ".." in parts.netloc:
+        problem = f"{parts.netloc!r} is no bucket name (3-63 of a-z, 0-9, '.', '-'): give s3://BUCKET/PREFIX"
+    elif "//" in prefix or any(seg in (".", "..") for seg in prefix.split("/")):
+        problem = "the prefix has an empty, '.' or '..' segment"
+    else:
+        return parts.netloc, f"{prefix}/" if prefix else ""
+    raise StoreError("STORE_BAD_URL", f"store {url}: {problem}")
 
 
 def is_outage(err: BaseException) -> bool:
@@ -81,9 +65,8 @@ def is_outage(err: BaseException) -> bool:
 
 
 def error_code(err: botocore.exceptions.ClientError) -> str:
-    return str(
-        err.response.get("Error", {}).get("Code") or err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    )
+    error, meta = err.response.get("Error", {}), err.response.get("ResponseMetadata", {})
+    return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
 def missing_as(call: Callable[[], T], missing: Callable[[], T | None] = lambda: None) -> T | None:
@@ -106,8 +89,7 @@ class ObjectClient(luigi.contrib.s3.S3Client):
         self.retry = retry or (lambda call, what: call())
 
     @property
-    def api(self) -> Any:
-        """The boto3 (botocore) S3 client behind Luigi's resource."""
+    def api(self) -> Any:  # the botocore client behind Luigi's resource
         return self.s3.meta.client
 
     def exists(self, path: str) -> bool:
@@ -128,7 +110,6 @@ class S3Store:
         _stores.add(self)
 
     def forget_connections(self) -> None:
-        """In a forked child: open new connections rather than use the parent's."""
         resource = self.client._s3
         if resource is None:
             return
@@ -144,14 +125,11 @@ class S3Store:
 
     def error(self, err: BaseException, what: str) -> StoreError:
         """One line naming the store and the cause (the messages botocore gives carry no secret)."""
-        where = f"store {self.url}"
+        where, kind = f"store {self.url}", type(err).__name__
         if isinstance(err, botocore.exceptions.PartialCredentialsError):
             return StoreError("STORE_NO_CREDENTIALS", f"{where}: {err}")
         if isinstance(err, botocore.exceptions.NoCredentialsError):
-            return StoreError(
-                "STORE_NO_CREDENTIALS",
-                f"{where}: no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)",
-            )
+            return StoreError("STORE_NO_CREDENTIALS", f"{where}: {NO_CREDENTIALS}")
         if isinstance(err, botocore.exceptions.ClientError):
             code = error_code(err)
             if code == "NoSuchBucket":
@@ -160,12 +138,10 @@ class S3Store:
                 return StoreError("STORE_CREDENTIALS_REFUSED", f"{where}: credentials refused ({code}) while {what}")
             return StoreError("STORE_ERROR", f"{where}: {code} while {what}")
         if is_outage(err):
-            return StoreError(
-                "STORE_UNREACHABLE", f"{where}: endpoint unreachable while {what} ({type(err).__name__}: {err})"
-            )
+            return StoreError("STORE_UNREACHABLE", f"{where}: endpoint unreachable while {what} ({kind}: {err})")
         if isinstance(err, botocore.exceptions.BotoCoreError):
-            return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}: {err}")
-        return StoreError("STORE_ERROR", f"{where}: {type(err).__name__} while {what}")
+            return StoreError("STORE_ERROR", f"{where}: {kind} while {what}: {err}")
+        return StoreError("STORE_ERROR", f"{where}: {kind} while {what}")
 
     def _retry(self, call: Callable[[], T], what: str) -> T:
         """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
@@ -174,25 +150,18 @@ class S3Store:
         def warn(state: tenacity.RetryCallState) -> None:
             err = state.outcome.exception() if state.outcome is not None else None
             if state.attempt_number == 1 and err is not None:
-                log.warning(
-                    "%s: waiting up to %.0f s for it to answer (%s)",
-                    self.error(err, what),
-                    self.retry_s,
-                    type(err).__name__,
-                )
+                waiting = f"waiting up to {self.retry_s:.0f} s for it to answer ({type(err).__name__})"
+                log.warning("%s: %s", self.error(err, what), waiting)
 
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_outage),
+            stop=tenacity.stop_after_delay(self.retry_s),
+            wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
+            before_sleep=warn,
+            reraise=True,
+        )
         try:
-            for attempt in tenacity.Retrying(
-                retry=tenacity.retry_if_exception(is_outage),
-                stop=tenacity.stop_after_delay(self.retry_s),
-                wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
-                before_sleep=warn,
-                reraise=True,
-            ):
-                with attempt:
-                    result = call()
-        except StoreError:
-            raise
+            result = retrying(call)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
             raise self.error(err, what) from None
         if time.monotonic() - started > 1.0:
@@ -202,8 +171,7 @@ class S3Store:
     def location(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
-    def _object(self, method: str, key: str, **kwargs: Any) -> Any:
-        """The answer to the client's `method` (get_object, put_object, ...) on the object of `key`."""
+    def _object(self, method: str, key: str, **kwargs: Any) -> Any:  # get_object, put_object, ... on `key`
         return getattr(self.client.api, method)(Bucket=self.bucket, Key=self.prefix + key, **kwargs)
 
     def read(self, key: str) -> bytes | None:
@@ -213,25 +181,12 @@ class S3Store:
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
 
-    def put_file(self, key: str, f: io.BufferedReader) -> None:
-        """One PutObject of the file's bytes, streamed from it (sent whole again on a retry)."""
-
-        def put() -> None:
-            f.seek(0)
-            self._object("put_object", key, Body=f)
-
-        self._retry(put, f"writing {key}")
-
     def body(self, key: str, start: int = 0) -> Any:
-        """The object's bytes from `start` on, as botocore's StreamingBody; FileNotFoundError when none."""
-
-        def missing() -> None:
-            raise FileNotFoundError(f"store {self.url}: no object {key}")
-
         extra = {"Range": f"bytes={start}-"} if start else {}
-        return self._retry(
-            lambda: missing_as(lambda: self._object("get_object", key, **extra)["Body"], missing), f"reading {key}"
-        )
+        get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
+        if (body := self._retry(lambda: missing_as(get), f"reading {key}")) is None:
+            raise FileNotFoundError(f"store {self.url}: no object {key}")
+        return body
 
     def create(self, key: str, data: bytes) -> bool:
         def put() -> bool:
@@ -293,8 +248,8 @@ class S3Store:
         return self._retry(times, f"listing {prefix or '/'}")
 
     def check(self) -> None:
-        """Before any other request of a run: the bucket is there and the credentials are taken.
-        One listing of the prefix, not retried (an endpoint that is not there fails in seconds)."""
+        """Before a run's first request: the bucket is there and takes the credentials (one listing, not
+        retried: an endpoint that is not there fails in seconds)."""
         try:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
@@ -335,9 +290,8 @@ class ObjectReader(io.RawIOBase):
 
 
 class ObjectWriter(luigi.target.AtomicLocalFile):
-    """Bytes for an object, spooled to a local file that has no name (nothing is left behind when the
-    process is killed), then put whole, one PutObject retried through an outage: the object exists
-    whole or not at all, and no temporary object ever does. An exception inside `with` puts nothing."""
+    """Bytes spooled to a local file with no name (a killed process leaves nothing), then put whole in one
+    PutObject retried through an outage; an exception inside `with` puts nothing."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key = store, key
@@ -356,14 +310,16 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
         if self.closed:
             return
         io.BufferedWriter.close(self)
+
+        def put() -> None:  # one PutObject streamed from the file, sent whole again on a retry
+            self.spooled.seek(0)
+            self.store._object("put_object", self.key, Body=self.spooled)
+
         with self.spooled:
-            self.store.put_file(self.key, self.spooled)
+            self.store._retry(put, f"writing {self.key}")
 
 
 class ObjectTarget(luigi.contrib.s3.S3Target):
-    """An object of the data dir as a Luigi target: `exists` one HeadObject, `open("r")` a stream,
-    `open("w")` an ObjectWriter, all through the store's retries and one-line errors."""
-
     def __init__(self, store: S3Store, key: str) -> None:
         super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
         self.store, self.key = store, key

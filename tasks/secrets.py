@@ -1,10 +1,6 @@
-"""Keeping the secrets (the API key, the portal password, the alert webhook URL, the password in
-LUIGI_SCHEDULER_URL, the object store's secret access key) out of everything Luigi shows, logs or stores.
-
-The client never puts the key anywhere but a POST body, so this is the second line: whatever some
-library writes into a message or a traceback is scrubbed before it is logged or handed to Luigi
-(whose `on_failure` text reaches luigid, /api/fetch_error and its state file).
-"""
+"""Keeping the secrets out of everything Luigi shows, logs or stores. The client puts the key only in a
+POST body; this is the second line: whatever a library writes into a message or a traceback is scrubbed
+before it is logged or handed to Luigi (whose `on_failure` text reaches luigid and its state file)."""
 
 import logging
 import os
@@ -18,17 +14,10 @@ from urllib.parse import unquote, urlsplit
 import luigi.configuration
 
 MASK = "***"
-# Read from the environment only, never written anywhere: every one is masked wherever text leaves.
-# SMTP_PASSWORD: for `[smtp] password = ${SMTP_PASSWORD}` (Luigi's own interpolation), docs/alerts.md.
-# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: the object store's (boto3's own variables, docs/operations.md "Data in an object store").
-SECRET_ENV = (
-    "CAPTCHAAI_API_KEY",
-    "PORTAL_PASSWORD",
-    "ALERT_WEBHOOK_URL",
-    "SMTP_PASSWORD",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-)
+# Read from the environment only and masked wherever text leaves; SMTP_PASSWORD for `[smtp] password =
+# ${SMTP_PASSWORD}` (docs/alerts.md), the AWS ones the object store's (boto3's own variables).
+SECRET_ENV: tuple[str, ...] = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
+SECRET_ENV += ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 # Luigi's [s3] section may hold the same credentials (luigi.contrib.s3 reads them there first).
 SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")
 
@@ -44,8 +33,8 @@ def secrets() -> list[str]:
 
 
 def webhook_credential(url: str) -> str:
-    """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX): HTTP
-    libraries log and raise with the path alone. Too short to be a credential: nothing."""
+    """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX), which HTTP
+    libraries log and raise alone; too short to be one: nothing."""
     parts = urlsplit(url)
     tail = parts.path + (f"?{parts.query}" if parts.query else "")
     return tail if len(tail) >= 8 else ""
@@ -105,8 +94,7 @@ def _scrubbing_thread_excepthook(args: threading.ExceptHookArgs) -> None:
 
 
 def install_log_scrubber() -> None:
-    """Scrub every log record of the process, whoever logs it and whichever handler writes it; and
-    the tracebacks Python prints itself (an uncaught exception, in any thread)."""
+    """Scrub every log record of the process, whoever logs it, and the tracebacks Python prints itself."""
     if logging.getLogRecordFactory() is not _scrubbing_factory:
         logging.setLogRecordFactory(_scrubbing_factory)
     sys.excepthook = _scrubbing_excepthook

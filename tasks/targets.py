@@ -1,5 +1,4 @@
-"""Where everything lives: the one place that builds the data dir's store (a local path or
-`s3://BUCKET/PREFIX`, keys spelled in `portal_export/store_keys.py`) and every Luigi target.
+"""The one place that builds the data dir's store (a path or `s3://BUCKET/PREFIX`) and every Luigi target.
 Everything a later run or another host needs is in the store; only Luigi's lock dir is per host."""
 
 import datetime
@@ -25,13 +24,11 @@ def is_remote(data_dir: str) -> bool:
 
 
 def store() -> Store:
-    """The data dir's store; Luigi's task processes inherit it (an S3 store reconnects after the fork)."""
     return store_at(config.data_dir_text())
 
 
-@functools.cache  # one per data dir and process: an S3 client costs tens of milliseconds to build
+@functools.cache  # one per data dir and process (forked task processes inherit it): an S3 client is slow to build
 def store_at(where: str, retry_s: float | None = None) -> Store:
-    """The store of `where`; an object store's outages waited out `retry_s` ([portal] store_retry_s)."""
     if not is_remote(where):
         return LocalStore(where)
     from .s3store import S3Store  # boto3: a third of a second of every local run's start otherwise
@@ -40,21 +37,18 @@ def store_at(where: str, retry_s: float | None = None) -> Store:
 
 
 def check_store() -> None:
-    """The store answers, with these credentials, before any other request of a run (StoreError if not)."""
     s = store()
     if not isinstance(s, LocalStore):
         s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
-# Luigi's completion cache is a multiprocessing.Manager: its AF_UNIX socket is
-# $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and a socket path holds 107 bytes at most (Linux)
-SOCKET_PATH_MAX = 107
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path (Linux)
 MANAGER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
 
 
 def check_tmpdir() -> None:
-    """With an object store, a TMPDIR short enough for the completion cache's socket (ConfigError if not):
-    otherwise Luigi's worker dies on its first line with `AF_UNIX path too long`."""
+    """With an object store, Luigi's completion cache (a multiprocessing.Manager) listens under TMPDIR:
+    too long a TMPDIR is a ConfigError, not a worker dying with `AF_UNIX path too long`."""
     if not worker_settings().get("cache_task_completion"):
         return
     tmp = tempfile.gettempdir()
@@ -66,21 +60,18 @@ def check_tmpdir() -> None:
 
 
 def worker_settings() -> dict[str, object]:
-    """Luigi's own `[worker]` settings for this data dir. In an object store a completeness check is
-    a request: Luigi's completion cache keeps what a task of this run found complete (or completed),
-    so the day's check of its regions and RangeDaily's of its days ask nothing again."""
+    """Luigi's `[worker]` settings: in an object store, where a completeness check is a request, its
+    completion cache keeps what this run found complete, so no check is asked twice."""
     return {"cache_task_completion": True} if is_remote(config.data_dir_text()) else {}
 
 
 def where() -> str:
-    """The data dir, for messages: an absolute path, or the s3:// URL."""
     s = store()
     return str(s.root.resolve()) if isinstance(s, LocalStore) else s.location("").rstrip("/")
 
 
 class HiddenAtomicFile(luigi.local_target.atomic_file):
-    """Luigi's atomic file, its temporary name a dot file: a listing of the data dir never shows
-    what a killed run left half written (as the store's own temporary files)."""
+    """Luigi's atomic file, its temporary file a dot file that no listing of the data dir shows."""
 
     def generate_tmp_path(self, path: str) -> str:
         head, name = os.path.split(path)
@@ -95,8 +86,6 @@ class HiddenAtomicFile(luigi.local_target.atomic_file):
 
 
 class DataFile(luigi.LocalTarget):
-    """A file of a local data dir, read and written as bytes; `open("w")` writes it atomically."""
-
     def __init__(self, path: str) -> None:
         super().__init__(path, format=luigi.format.Nop)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
 
@@ -108,8 +97,8 @@ class DataFile(luigi.LocalTarget):
 
 
 def target(key: str) -> luigi.target.FileSystemTarget:
-    """The Luigi target of a key, the one way the tasks read and write their outputs: a DataFile, or
-    an ObjectTarget on the store's own client (its retries, errors and request counts)."""
+    """How the tasks read and write their outputs: a DataFile, or an ObjectTarget on the store's own
+    client (its retries, errors and request counts)."""
     s = store()
     if isinstance(s, LocalStore):
         return DataFile(s.location(key))
@@ -119,9 +108,8 @@ def target(key: str) -> luigi.target.FileSystemTarget:
 
 
 def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
-    """The days among `days` whose two day objects exist: one listing, however many days
-    (RangeDaily's `bulk_complete`), instead of two requests per day. It lists only the names the
-    days share (`portal_records_2026-06-`), not a bucket's years of history."""
+    """The days whose two day objects exist, from one listing of the names the days share
+    (`portal_records_2026-06-`), not two requests per day nor a bucket's years of history."""
     if not days:
         return []
     names = set(store().list(keys.day_objects_prefix(days)))
