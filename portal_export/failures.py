@@ -19,9 +19,7 @@ UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "deta
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
     write_json(
-        store,
-        key,
-        stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()}),
+        store, key, stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()})
     )
 
 

@@ -153,11 +153,7 @@ class Gate:
         return working < threads
 
     def after_refusal(
-        self,
-        busy_since: float,
-        detail: str,
-        plan: Callable[[], tuple[int, int]] | None = None,
-        every_s: float = 5.0,
+        self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
         """A submit was refused for busy threads: wait for a plan reading made after it (its owner's
         `read_at` changes: compared, never with this host's clock), or, when nobody follows the plan,

@@ -73,12 +73,7 @@ def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float |
 
 
 def set_aside(
-    store: Store,
-    day: datetime.date,
-    regions: Sequence[str],
-    *,
-    older_than_s: float = 0.0,
-    complete_too: bool = False,
+    store: Store, day: datetime.date, regions: Sequence[str], *, older_than_s: float = 0.0, complete_too: bool = False
 ) -> Outcome:
     """Set aside the unsolvable regions of the health that judged `day`, if it failed `older_than_s`
     ago: a record for the counters first, then each target copied beside itself and removed, then a
