@@ -47,10 +47,8 @@ def day_health(date: datetime.date) -> str:
 
 def _date(text: str) -> datetime.date | None:
     """The date spelled YYYY-MM-DD (no other ISO form); None when it spells none."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        return None
     try:
-        return datetime.date.fromisoformat(text)
+        return datetime.date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else None
     except ValueError:
         return None
 
@@ -130,8 +128,7 @@ def run_of(key: str) -> str:
     return key[len(RUNS) :].removesuffix(".json")
 
 
-def marks(kind: str) -> str:
-    """The folder of one kind of mark: `inflight` or `waiting`."""
+def marks(kind: str) -> str:  # `inflight` or `waiting`
     return f"{STATE}{kind}/"
 
 
@@ -178,10 +175,7 @@ def redone(date: datetime.date, stamp: str) -> str:
 def redone_of(key: str) -> datetime.date | None:
     if not key.startswith(REDONE) or not key.endswith(".json"):
         return None
-    try:
-        return datetime.date.fromisoformat(key[len(REDONE) :].partition("/")[0])
-    except ValueError:
-        return None
+    return _date(key[len(REDONE) :].partition("/")[0])
 
 
 def alert_claims(fingerprint: str) -> str:
