@@ -91,7 +91,6 @@ class Plan(Protocol):
 
 class Signals(Protocol):
     def prune_dead(self) -> set[str]: ...
-
     def last_poke(self) -> float: ...
 
 

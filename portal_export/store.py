@@ -33,33 +33,18 @@ Keys = list[str]
 
 
 class Store(Protocol):
-    def location(self, key: str) -> str:
-        """A path, or an s3:// URL."""
-        ...
-
+    def location(self, key: str) -> str: ...  # a path, or an s3:// URL
     def read(self, key: str) -> bytes | None: ...
-
     def write(self, key: str, data: bytes) -> None: ...
-
-    def create(self, key: str, data: bytes) -> bool:
-        """Store `data` only if no object is there; True when this call created it."""
-        ...
-
+    def create(self, key: str, data: bytes) -> bool: ...  # only if no object is there; True: this call made it
     def exists(self, key: str) -> bool: ...
-
     def modified(self, key: str) -> float | None: ...
-
     def delete(self, key: str) -> None: ...
-
-    def list(self, prefix: str, start_after: str = "") -> list[str]:
-        """Every key under `prefix` (a folder or a name's start), sorted; only those after `start_after`."""
-        ...
-
+    # every key under `prefix` (a folder or a name's start), sorted; only those after `start_after`
+    def list(self, prefix: str, start_after: str = "") -> list[str]: ...
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries: ...
-
-    def written(self, prefix: str) -> tuple[dict[str, float], float]:
-        """When each key under `prefix` was last written, and the time now, on the store's clock."""
-        ...
+    # when each key under `prefix` was last written, and the time now, on the store's clock
+    def written(self, prefix: str) -> tuple[dict[str, float], float]: ...
 
 
 def read_json(store: Store, key: str) -> Any:
