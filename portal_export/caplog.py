@@ -70,12 +70,9 @@ class CapLog:
         out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
         for key, _, at in self.store.entries(self.PREFIX, start_after):
-            parsed = store_keys.cap_change_of(key)
-            if parsed is None:
-                continue  # not one of ours
-            t, cap, configured, run = parsed
-            change: Change = {"t": t, "cap": cap, "configured": configured, "run": run}
-            out.append((at, change, key))
+            if (parsed := store_keys.cap_change_of(key)) is not None:  # else not one of ours
+                t, cap, configured, run = parsed
+                out.append((at, {"t": t, "cap": cap, "configured": configured, "run": run}, key))
         out.sort(key=lambda entry: (entry[0], entry[1]["t"]))  # within a second of the store's: the writer's order
         return [(change, key) for _, change, key in out]
 
@@ -91,9 +88,6 @@ class CapLog:
         change, key = found[-1]
         entry = read_dict(self.store, key)
         return change if entry is None else {**change, "reason": str(entry.get("reason", ""))}
-
-    def seconds_below(self, start: float, end: float) -> float:
-        return seconds_below(self.changes(start), start, end)
 
     def set_busy(self, reason: str | None) -> None:
         if reason is None:
