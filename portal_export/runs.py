@@ -14,10 +14,7 @@ from functools import partial
 from typing import Any
 
 from . import store_keys
-from .state import alive, machine, new_run_id, read_dict, stamped
-from .state import pid_alive as pid_alive
-from .state import split_run as split_run
-from .state import this_host as this_host
+from .state import alive, machine, new_run_id, pid_alive, read_dict, split_run, stamped
 from .store import Store, write_json
 
 RUN_ENV = "PORTAL_EXPORT_RUN"
@@ -57,18 +54,14 @@ class Runs:
         self._ages: tuple[dict[str, float], float] = ({}, -float("inf"))  # (run -> age, until on time.monotonic)
         self._here: dict[str, bool] = {}  # run -> on this machine and PID namespace (never changes)
 
-    @staticmethod
-    def key(run: str) -> str:
-        return store_keys.run(run)
-
     def beat(self, run: str, **fields: Any) -> None:
-        write_json(self.store, self.key(run), stamped({**fields, "where": machine()}))
+        write_json(self.store, store_keys.run(run), stamped({**fields, "where": machine()}))
 
     def end(self, run: str) -> None:
-        self.store.delete(self.key(run))
+        self.store.delete(store_keys.run(run))
 
     def state(self, run: str) -> dict[str, Any] | None:
-        return read_dict(self.store, self.key(run))
+        return read_dict(self.store, store_keys.run(run))
 
     def ages(self, fresh: bool = False) -> dict[str, float]:
         now = time.monotonic()
@@ -108,7 +101,7 @@ class Runs:
         for run, age in self.ages(fresh=True).items():
             state = self.state(run)  # one read for the verdict and the key
             if not alive(run, partial(float, age), self.ttl, here=partial(self.here, run, state)):
-                self.store.delete(self.key(run))
+                self.store.delete(store_keys.run(run))
                 continue
             if key is None or (state or {}).get("key") == key:
                 found.append(run)
