@@ -69,19 +69,14 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         return store.written(chain.key(n))[0].get(chain.key(n), 0.0)
 
     newest = chain.newest()
-    n = chain.first
-    if newest is not None:
-        last = chain.read(newest, tolerate=())  # a garbled claim raises: the caller sends
-        if last is not None and (at := made(newest)) >= started - SLACK_S:
-            return _claim_of(last, at)
-        n = newest + 1
+    n = chain.first if newest is None else newest
     record = stamped({"host": host, "run": run})
     while True:
-        if chain.create(n, record):
+        if n != newest and chain.create(n, record):
             # two kept: a host racing for the one before still finds it taken
             chain.prune(n, KEEP, reach=KEEP)
             return _claim_of(record, made(n), ours=True)
-        other = chain.read(n, tolerate=())
+        other = chain.read(n, tolerate=())  # a garbled claim raises: the caller sends
         if other is not None and (at := made(n)) >= started - SLACK_S:
             return _claim_of(other, at)
         n += 1
