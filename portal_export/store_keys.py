@@ -1,26 +1,5 @@
 """Every key of the data dir, spelled once. Data dirs, other hosts and outside readers rely on these
-exact strings: they may move here, never change.
-
-    portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
-    portal_records_YYYY-MM-DD.health.json         its health                } validated day
-    regions/YYYY-MM-DD/<region>.jsonl             a region's solve facts, then its records
-    regions/YYYY-MM-DD/<region>.jsonl.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
-    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
-    regions/YYYY-MM-DD/failures/region-<r>.json   the error code of a region's last failure,
-    regions/YYYY-MM-DD/failures/day.json          and of the day's other than validation (`failures.py`)
-    report/                                       the solve-health report (`report.py`)
-    _state/                                       what runs share, on every host:
-        breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
-        runs/<run>.json                               a run's heartbeat (`runs.py`)
-        inflight/<run>-<pid>-<n>                      a solve in flight (`inflight.py`)
-        waiting/<run>-<pid>-<n>                       a region that waits (`gate.py`)
-        cap.json                                      the cap in force (`gate.py`)
-        plan-poke.json                                a request for a plan reading now
-        plan-busy.json                                the busy-plan verdict (`caplog.py`)
-        cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
-        governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
-        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_claim.py`)
-        redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`)
+exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md.
 """
 
 from __future__ import annotations
