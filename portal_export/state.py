@@ -1,8 +1,6 @@
 """What the state objects in the store share: reading one, its time stamp, whether a run is alive,
-a chain of numbered generations, and a serial for names (keys in `store_keys.py`).
-
-Hosts' clocks may disagree: an object's `t` is its writer's clock, for people and for durations a
-run measures itself; no verdict on another host's object compares it with this host's clock.
+a chain of numbered generations, and a serial for names. Hosts' clocks may disagree: an object's `t`
+is its writer's clock, for people and a run's own durations, never compared with another host's.
 """
 
 from __future__ import annotations
@@ -146,8 +144,7 @@ class Chain:
     def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
         return read_dict(self.store, self.key(n), tolerate=tolerate)
 
-    def create(self, n: int, record: Mapping[str, Any]) -> bool:
-        """False when it exists (another writer won it)."""
+    def create(self, n: int, record: Mapping[str, Any]) -> bool:  # False: another writer won it
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:
