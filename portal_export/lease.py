@@ -17,9 +17,7 @@ KEEP = 2  # the owner's generation and the one before it
 
 class Lease:
     def __init__(self, store: Store, key: str, runs: Runs, run: str) -> None:
-        self.store = store
         self.chain = Chain(store, store_keys.governor_lease(key), first=1)  # 0: nobody held it
-        self.prefix = self.chain.prefix
         self.runs = runs
         self.run = run
         self.gen: int | None = None  # the generation this run holds
