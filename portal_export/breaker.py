@@ -30,10 +30,8 @@ class KeyBreaker:
         return self.store.location(self.key)
 
     def check(self) -> None:
-        state = read_dict(self.store, self.key, unreadable=UNREADABLE)
-        if state is None:
-            return
-        raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
+        if (state := read_dict(self.store, self.key, unreadable=UNREADABLE)) is not None:
+            raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
 
     def opened(self, detail: str) -> str:
         """Said alike by every host, so the hosts of one run send one alert."""
@@ -48,8 +46,7 @@ class KeyBreaker:
         """(key, the code that tripped it; None when unreadable) of every open breaker."""
         found: list[tuple[str, str | None]] = []
         for key in store.list(PREFIX):
-            state = read_dict(store, key)  # garbled: open, with no code to tell
-            code = None if state is None else state.get("code")
+            code = (read_dict(store, key) or {}).get("code")  # garbled: open, with no code to tell
             found.append((key, None if code is None else str(code)))
         return found
 
