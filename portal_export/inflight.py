@@ -24,10 +24,6 @@ POKE = store_keys.PLAN_POKE
 REMOTE_POKE_EVERY_S = 1.0
 
 
-def step_s(store: Store) -> float:
-    return LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
-
-
 class Marks:
     """Marks of one kind (`kind`: their folder), counted over all hosts."""
 
@@ -38,7 +34,7 @@ class Marks:
         self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
         self.run = run or current_run()
         self.prefix = store_keys.marks(self.kind)
-        self.step_s = step_s(store)
+        self.step_s = LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
     def mark(self) -> str:
         key = store_keys.mark(self.kind, self.run, os.getpid(), serial())
@@ -88,10 +84,7 @@ class Marks:
 
 class InFlight(Marks):
     kind = "inflight"
-
-    def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
-        super().__init__(store, runs, run)
-        self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
+    _poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def poke(self) -> None:
         write_json(self.store, POKE, stamped({"run": self.run}))
@@ -104,9 +97,8 @@ class InFlight(Marks):
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
-        state = read_dict(self.store, POKE)
         try:
-            value = (stamp_of(state) or 0.0) if state is not None else 0.0
+            value = stamp_of(read_dict(self.store, POKE) or {}) or 0.0
         except (ValueError, TypeError):
             value = 0.0
         self._poke_seen = (value, now)
