@@ -13,7 +13,7 @@ import io
 import secrets
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import store_keys as keys
@@ -123,12 +123,8 @@ class Tally:
     transient_errors: Counter[str] = field(default_factory=Counter)
 
     def add(self, other: Tally) -> None:
-        self.solved += other.solved
-        self.unsolvable += other.unsolvable
-        self.submits += other.submits
-        self.refused_tokens += other.refused_tokens
-        self.busy_waits += other.busy_waits
-        self.transient_errors.update(other.transient_errors)
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @classmethod
     def of_entries(cls, entries: Iterable[Mapping[str, Any]]) -> Tally:
