@@ -8,10 +8,12 @@ on how old an object is. Every write is whole or not at all; `create` is the one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -75,36 +77,28 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def _temporary(self, target: Path, data: bytes) -> str:
+    @contextlib.contextmanager
+    def _temporary(self, target: Path, data: bytes) -> Iterator[str]:
         # beside `target`: a rename or link stays on one filesystem
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return tmp
-
-    def write(self, key: str, data: bytes) -> None:
-        target = self.path(key)
-        tmp = self._temporary(target, data)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def create(self, key: str, data: bytes) -> bool:
-        target = self.path(key)
-        tmp = self._temporary(target, data)
-        try:
-            os.link(tmp, target)  # fails when the target exists: the whole file appears, or nothing
-        except FileExistsError:
-            return False
+            yield tmp
         finally:
             Path(tmp).unlink(missing_ok=True)
+
+    def write(self, key: str, data: bytes) -> None:
+        with self._temporary(self.path(key), data) as tmp:
+            os.replace(tmp, self.path(key))
+
+    def create(self, key: str, data: bytes) -> bool:
+        with self._temporary(self.path(key), data) as tmp:
+            try:
+                os.link(tmp, self.path(key))  # fails when the target exists: the whole file appears, or nothing
+            except FileExistsError:
+                return False
         return True
 
     def exists(self, key: str) -> bool:
