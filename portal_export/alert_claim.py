@@ -20,7 +20,6 @@ from .alert_text import RunFacts
 from .state import Chain, stamped
 from .store import Store
 
-PREFIX = store_keys.ALERTS
 # A claim made this long before a run started still covers it: an object store's times are whole seconds.
 SLACK_S = 2.0
 KEEP = 2  # claims kept per chain

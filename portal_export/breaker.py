@@ -9,7 +9,6 @@ from .errors import KeyLevelError
 from .state import read_dict
 from .store import Store, write_json
 
-PREFIX = store_keys.BREAKERS
 UNREADABLE = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}  # a garbled breaker is open
 
 
@@ -45,7 +44,7 @@ class KeyBreaker:
     def _open(store: Store) -> list[tuple[str, str | None]]:
         """(key, the code that tripped it; None when unreadable) of every open breaker."""
         found: list[tuple[str, str | None]] = []
-        for key in store.list(PREFIX):
+        for key in store.list(store_keys.BREAKERS):
             code = (read_dict(store, key) or {}).get("code")  # garbled: open, with no code to tell
             found.append((key, None if code is None else str(code)))
         return found

@@ -45,9 +45,6 @@ class CapLog:
     """One object per change (a store has no append, and hosts must not overwrite each other's),
     whose name carries what `seconds_below` needs: counting costs one listing, no reads."""
 
-    PREFIX = store_keys.CAP_LOG
-    BUSY = store_keys.PLAN_BUSY
-
     def __init__(self, store: Store) -> None:
         self.store = store
         self._noted: float | None = None
@@ -69,7 +66,7 @@ class CapLog:
         order the store took them: its clock, not the hosts'."""
         out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
-        for key, _, at in self.store.entries(self.PREFIX, start_after):
+        for key, _, at in self.store.entries(store_keys.CAP_LOG, start_after):
             if (parsed := store_keys.cap_change_of(key)) is not None:  # else not one of ours
                 t, cap, configured, run = parsed
                 out.append((at, {"t": t, "cap": cap, "configured": configured, "run": run}, key))
@@ -91,9 +88,9 @@ class CapLog:
 
     def set_busy(self, reason: str | None) -> None:
         if reason is None:
-            self.store.delete(self.BUSY)
+            self.store.delete(store_keys.PLAN_BUSY)
             return
-        write_json(self.store, self.BUSY, stamped({"reason": reason}))
+        write_json(self.store, store_keys.PLAN_BUSY, stamped({"reason": reason}))
 
     def busy(self) -> dict[str, Any] | None:
-        return read_dict(self.store, self.BUSY)
+        return read_dict(self.store, store_keys.PLAN_BUSY)

@@ -39,22 +39,20 @@ class CapInForce:
     """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it,
     honoured only while that run is alive."""
 
-    KEY = store_keys.CAP
-
     def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
         self.runs = runs if runs is not None else Runs(store)
 
     def write(self, cap: int, read_at: float, run: str) -> None:
-        write_json(self.store, self.KEY, stamped({"cap": cap, "read_at": read_at, "run": run}))
+        write_json(self.store, store_keys.CAP, stamped({"cap": cap, "read_at": read_at, "run": run}))
 
     def clear(self, run: str) -> None:
         state = self._state()
         if state is not None and state[2] == run:
-            self.store.delete(self.KEY)
+            self.store.delete(store_keys.CAP)
 
     def _state(self) -> tuple[int, float, str] | None:
-        state = read_dict(self.store, self.KEY)
+        state = read_dict(self.store, store_keys.CAP)
         if state is None:
             return None
         try:

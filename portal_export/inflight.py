@@ -20,7 +20,6 @@ from .store import LocalStore, Store, write_json
 # How often a wait lists again: on an object store each look is a paid LIST.
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
-POKE = store_keys.PLAN_POKE
 REMOTE_POKE_EVERY_S = 1.0
 
 
@@ -87,7 +86,7 @@ class InFlight(Marks):
     _poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def poke(self) -> None:
-        write_json(self.store, POKE, stamped({"run": self.run}))
+        write_json(self.store, store_keys.PLAN_POKE, stamped({"run": self.run}))
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
@@ -98,7 +97,7 @@ class InFlight(Marks):
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
         try:
-            value = stamp_of(read_dict(self.store, POKE) or {}) or 0.0
+            value = stamp_of(read_dict(self.store, store_keys.PLAN_POKE) or {}) or 0.0
         except (ValueError, TypeError):
             value = 0.0
         self._poke_seen = (value, now)

@@ -18,7 +18,6 @@ from .state import alive, machine, new_run_id, pid_alive, read_dict, split_run, 
 from .store import Store, write_json
 
 RUN_ENV = "PORTAL_EXPORT_RUN"
-PREFIX = store_keys.RUNS
 # Two plan periods (luigid's worker_disconnect_delay at the default), never under 10 s: a heartbeat
 # stalled that long on a loaded host would make a live run look dead.
 MIN_TTL_S = 10.0
@@ -67,7 +66,7 @@ class Runs:
         now = time.monotonic()
         ages, until = self._ages
         if fresh or now >= until:
-            modified, store_now = self.store.written(PREFIX)
+            modified, store_now = self.store.written(store_keys.RUNS)
             ages = {store_keys.run_of(k): max(0.0, store_now - t) for k, t in modified.items()}
             self._ages = (ages, now + self.cache_s)
         return ages
