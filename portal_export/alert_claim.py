@@ -1,10 +1,8 @@
-"""One alert per failed run, however many hosts ran it: the first host to claim it sends it.
-
-Hosts of one run (the same command and days, at the same time) each build the alert's `fingerprint`
-from what failed and claim it with the store's conditional `create`. A claim covers every run going
-when it was made; a later run (a rerun after a fix) claims the chain's next generation, so the same
-failure again is alerted again, once. "When" is the store's clock on both sides. The claim comes
-before the sending: a host dying between the two loses that alert (never sends it twice).
+"""One alert per failed run, however many hosts ran it (the same command and days, at the same time): each builds
+the alert's `fingerprint` from what failed and claims it with the store's conditional `create`; the first sends it.
+A claim covers every run going when it was made (the store's clock on both sides); a later run, a rerun after a fix,
+claims the chain's next generation, so the same failure again is alerted again, once. The claim comes before the
+sending: a host dying between the two loses that alert, never sends it twice.
 """
 
 from __future__ import annotations

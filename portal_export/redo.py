@@ -1,9 +1,8 @@
-"""A day redone: its unsolvable regions set aside to be solved again, and the record of what they counted.
-
-`make retry-unsolvable` and healing share `set_aside`: it works from the health that judged the day, never
-touches regions that delivered, and leaves alone a region target written after that health (a redo under
-way elsewhere). The counters of `/metrics` never decrease: what a redo takes out is first written under
-`_state/redone/`, and `Redone.tally` adds it back once per attempt (its region and task ids).
+"""A day redone: its unsolvable regions set aside to be solved again, and the record of what they counted. `make
+retry-unsolvable` and healing share `set_aside`: it works from the health that judged the day, never touches regions
+that delivered, and leaves alone a region target written after that health (a redo under way elsewhere). The
+counters of `/metrics` never decrease: what a redo takes out is first written under `_state/redone/`, and
+`Redone.tally` adds it back once per attempt (its region and task ids).
 """
 
 from __future__ import annotations
