@@ -138,11 +138,10 @@ class Gate:
     def after_refusal(
         self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
-        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's
-        `read_at` changes: compared, never with this host's clock), or, when nobody follows the plan,
-        read it through `plan` every `every_s` until a thread is free; one plan period at most.
-        PLAN_BUSY once refused for the deadline in a row. Under a fixed cap the region keeps its slot:
-        another region's submit would be refused too."""
+        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's `read_at` changes:
+        compared, never with this host's clock), or, when nobody follows the plan, read it through `plan` every
+        `every_s` until a thread is free; one plan period at most. PLAN_BUSY once refused for the deadline in a row.
+        Under a fixed cap the region keeps its slot: another region's submit would be refused too."""
         deadline = busy_since + ZERO_CAP_PERIODS * self.plan_every_s
         before = self.cap_file.read()
         with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():

@@ -95,9 +95,8 @@ class Signals(Protocol):
 
 @dataclass(eq=False)
 class Governor:
-    """`set_cap(n, reason)` at the first reading and each change; `blocked(reason)` once the cap has
-    been 0 for `ZERO_CAP_PERIODS`, `blocked(None)` when it rises again; `on_read(n)` after every
-    reading that answered."""
+    """`set_cap(n, reason)` at the first reading and each change; `blocked(reason)` once the cap has been 0 for
+    `ZERO_CAP_PERIODS`, `blocked(None)` when it rises again; `on_read(n)` after every reading that answered."""
 
     plan: Plan
     signals: Signals
