@@ -50,13 +50,11 @@ class CapInForce:
             self.store.delete(store_keys.CAP)
 
     def _state(self) -> tuple[int, float, str] | None:
-        state = read_dict(self.store, store_keys.CAP)
-        if state is None:
-            return None
+        state = read_dict(self.store, store_keys.CAP) or {}
         try:
             return int(state["cap"]), float(state["read_at"]), str(state["run"])
         except (ValueError, KeyError, TypeError):
-            return None
+            return None  # none, or not one of ours
 
     def read(self) -> tuple[int, float] | None:
         """(cap, its reading's id), or None when no live run follows the plan."""
@@ -106,8 +104,7 @@ class Gate:
     def _admitted(self, held: contextlib.ExitStack) -> bool:
         """Mark first, then count: of cap + 1 solves that mark at once, the last to create its mark
         lists every other one and withdraws. No lock: a LIST shows every write completed before it."""
-        cap = self.cap()
-        if cap <= 0:
+        if (cap := self.cap()) <= 0:
             return False
         key = self.inflight.mark()
         if self.inflight.count() <= cap:

@@ -157,9 +157,7 @@ class Governor:
         poked = self.signals.last_poke()
         while not self._stop.is_set():
             due = self.clock() + self.period()
-            while not self._stop.is_set() and self.clock() < due:
-                if self.signals.last_poke() != poked:
-                    break
+            while not self._stop.is_set() and self.clock() < due and self.signals.last_poke() == poked:
                 self._stop.wait(min(0.1, self.every_s / 10, max(0.0, due - self.clock())))
             if self._stop.is_set():
                 return
