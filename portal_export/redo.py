@@ -131,18 +131,17 @@ class Tally:
         t = cls()
         for e in entries:
             try:
-                t.add(
-                    cls(
-                        solved=int(e.get("status") == "ok"),
-                        unsolvable=int(e.get("status") == "unsolvable"),
-                        submits=len(e.get("task_ids") or ()),
-                        refused_tokens=int(e.get("refused_tokens") or 0),
-                        busy_waits=int(e.get("busy_waits") or 0),
-                        transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
-                    )
+                one = cls(
+                    solved=int(e.get("status") == "ok"),
+                    unsolvable=int(e.get("status") == "unsolvable"),
+                    submits=len(e.get("task_ids") or ()),
+                    refused_tokens=int(e.get("refused_tokens") or 0),
+                    busy_waits=int(e.get("busy_waits") or 0),
+                    transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
                 )
             except (AttributeError, TypeError, ValueError):
                 continue
+            t.add(one)
         return t
 
 

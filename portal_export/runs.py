@@ -57,9 +57,6 @@ class Runs:
     def end(self, run: str) -> None:
         self.store.delete(store_keys.run(run))
 
-    def state(self, run: str) -> dict[str, Any] | None:
-        return read_dict(self.store, store_keys.run(run))
-
     def ages(self, fresh: bool = False) -> dict[str, float]:
         now = time.monotonic()
         ages, until = self._ages
@@ -78,7 +75,7 @@ class Runs:
             return machine() is not None
         if run not in self._here:
             if state is None:
-                state = self.state(run)
+                state = read_dict(self.store, store_keys.run(run))
             if state is None:
                 return False  # no heartbeat (yet, or any more): not known, the heartbeat decides
             self._here[run] = machine() is not None and state.get("where") == machine()
@@ -96,7 +93,7 @@ class Runs:
         """Deletes dead runs' heartbeats; returns the live runs (of scheduler `key`, if given)."""
         found = []
         for run, age in self.ages(fresh=True).items():
-            state = self.state(run)  # one read for the verdict and the key
+            state = read_dict(self.store, store_keys.run(run))  # one read for the verdict and the key
             if not alive(run, partial(float, age), self.ttl, here=partial(self.here, run, state)):
                 self.store.delete(store_keys.run(run))
                 continue
