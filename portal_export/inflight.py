@@ -51,8 +51,7 @@ class Marks:
             self.unmark(key)
 
     def live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
-        """A mark counts while its process lives; `ages` (empty at first) lists the runs once for
-        every mark judged with it."""
+        """A mark counts while its process lives; `ages` (empty at first): the runs, listed once for all."""
         run, pid = store_keys.mark_of(name)
         if not pid.isdigit():
             return False

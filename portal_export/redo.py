@@ -147,11 +147,8 @@ class Tally:
 
 def attempts(entries: Mapping[str, Any]) -> dict[Attempt, Mapping[str, Any]]:
     """A health's `regions` (or a record's part) by attempt."""
-    found: dict[Attempt, Mapping[str, Any]] = {}
-    for region, e in entries.items() if isinstance(entries, dict) else ():
-        if isinstance(e, dict):
-            found[(str(region), tuple(str(t) for t in e.get("task_ids") or ()))] = e
-    return found
+    pairs = entries.items() if isinstance(entries, dict) else ()
+    return {(str(name), tuple(str(t) for t in e.get("task_ids") or ())): e for name, e in pairs if isinstance(e, dict)}
 
 
 @dataclass(frozen=True)
