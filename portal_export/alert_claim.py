@@ -1,10 +1,8 @@
-"""One alert per failed run, however many hosts ran it: the first host to claim it sends it.
-
-Hosts of one run (the same command and days, at the same time) each build the alert's `fingerprint`
-from what failed and claim it with the store's conditional `create`. A claim covers every run going
-when it was made; a later run (a rerun after a fix) claims the chain's next generation, so the same
-failure again is alerted again, once. "When" is the store's clock on both sides. The claim comes
-before the sending: a host dying between the two loses that alert (never sends it twice).
+"""One alert per failed run, however many hosts ran it (the same command and days, at the same time): each builds
+the alert's `fingerprint` from what failed and claims it with the store's conditional `create`; the first sends it.
+A claim covers every run going when it was made (the store's clock on both sides); a later run, a rerun after a fix,
+claims the chain's next generation, so the same failure again is alerted again, once. The claim comes before the
+sending: a host dying between the two loses that alert, never sends it twice.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from .alert_text import RunFacts
 from .state import Chain, stamped
 from .store import Store
 
-PREFIX = store_keys.ALERTS
 # A claim made this long before a run started still covers it: an object store's times are whole seconds.
 SLACK_S = 2.0
 KEEP = 2  # claims kept per chain
@@ -69,19 +66,14 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         return store.written(chain.key(n))[0].get(chain.key(n), 0.0)
 
     newest = chain.newest()
-    n = chain.first
-    if newest is not None:
-        last = chain.read(newest, tolerate=())  # a garbled claim raises: the caller sends
-        if last is not None and (at := made(newest)) >= started - SLACK_S:
-            return _claim_of(last, at)
-        n = newest + 1
+    n = chain.first if newest is None else newest
     record = stamped({"host": host, "run": run})
     while True:
-        if chain.create(n, record):
+        if n != newest and chain.create(n, record):
             # two kept: a host racing for the one before still finds it taken
             chain.prune(n, KEEP, reach=KEEP)
             return _claim_of(record, made(n), ours=True)
-        other = chain.read(n, tolerate=())
+        other = chain.read(n, tolerate=())  # a garbled claim raises: the caller sends
         if other is not None and (at := made(n)) >= started - SLACK_S:
             return _claim_of(other, at)
         n += 1

@@ -9,7 +9,6 @@ from .errors import KeyLevelError
 from .state import read_dict
 from .store import Store, write_json
 
-PREFIX = store_keys.BREAKERS
 UNREADABLE = {"code": "BREAKER_OPEN", "detail": "unreadable breaker file"}  # a garbled breaker is open
 
 
@@ -30,10 +29,8 @@ class KeyBreaker:
         return self.store.location(self.key)
 
     def check(self) -> None:
-        state = read_dict(self.store, self.key, unreadable=UNREADABLE)
-        if state is None:
-            return
-        raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
+        if (state := read_dict(self.store, self.key, unreadable=UNREADABLE)) is not None:
+            raise KeyLevelError(state.get("code", "BREAKER_OPEN"), self.opened(str(state.get("detail", ""))))
 
     def opened(self, detail: str) -> str:
         """Said alike by every host, so the hosts of one run send one alert."""
@@ -47,9 +44,8 @@ class KeyBreaker:
     def _open(store: Store) -> list[tuple[str, str | None]]:
         """(key, the code that tripped it; None when unreadable) of every open breaker."""
         found: list[tuple[str, str | None]] = []
-        for key in store.list(PREFIX):
-            state = read_dict(store, key)  # garbled: open, with no code to tell
-            code = None if state is None else state.get("code")
+        for key in store.list(store_keys.BREAKERS):
+            code = (read_dict(store, key) or {}).get("code")  # garbled: open, with no code to tell
             found.append((key, None if code is None else str(code)))
         return found
 

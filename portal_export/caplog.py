@@ -1,9 +1,7 @@
-"""Every change of the cap in force, in `_state/cap-log/`, and the busy-plan verdict.
-
-The names start with the time, so a night lists only the window it needs, from `LOOKBACK_S` before
-it; the owner notes its cap again every `RENOTE_S`, so the cap in force at a window's start is
-within that lookback. `_state/plan-busy.json` exists while the governor has given up waiting for a
-usable thread: regions then fail at once with PLAN_BUSY.
+"""Every change of the cap in force, in `_state/cap-log/`, and the busy-plan verdict (`_state/plan-busy.json`, there
+while the governor has given up waiting for a usable thread: regions then fail at once with PLAN_BUSY). The names
+start with the time, so a night lists only its window, from `LOOKBACK_S` before it; the owner notes its cap again
+every `RENOTE_S`, so the cap in force at a window's start is within that lookback.
 """
 
 from __future__ import annotations
@@ -45,9 +43,6 @@ class CapLog:
     """One object per change (a store has no append, and hosts must not overwrite each other's),
     whose name carries what `seconds_below` needs: counting costs one listing, no reads."""
 
-    PREFIX = store_keys.CAP_LOG
-    BUSY = store_keys.PLAN_BUSY
-
     def __init__(self, store: Store) -> None:
         self.store = store
         self._noted: float | None = None
@@ -69,13 +64,10 @@ class CapLog:
         order the store took them: its clock, not the hosts'."""
         out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
-        for key, _, at in self.store.entries(self.PREFIX, start_after):
-            parsed = store_keys.cap_change_of(key)
-            if parsed is None:
-                continue  # not one of ours
-            t, cap, configured, run = parsed
-            change: Change = {"t": t, "cap": cap, "configured": configured, "run": run}
-            out.append((at, change, key))
+        for key, _, at in self.store.entries(store_keys.CAP_LOG, start_after):
+            if (parsed := store_keys.cap_change_of(key)) is not None:  # else not one of ours
+                t, cap, configured, run = parsed
+                out.append((at, {"t": t, "cap": cap, "configured": configured, "run": run}, key))
         out.sort(key=lambda entry: (entry[0], entry[1]["t"]))  # within a second of the store's: the writer's order
         return [(change, key) for _, change, key in out]
 
@@ -92,14 +84,11 @@ class CapLog:
         entry = read_dict(self.store, key)
         return change if entry is None else {**change, "reason": str(entry.get("reason", ""))}
 
-    def seconds_below(self, start: float, end: float) -> float:
-        return seconds_below(self.changes(start), start, end)
-
     def set_busy(self, reason: str | None) -> None:
         if reason is None:
-            self.store.delete(self.BUSY)
+            self.store.delete(store_keys.PLAN_BUSY)
             return
-        write_json(self.store, self.BUSY, stamped({"reason": reason}))
+        write_json(self.store, store_keys.PLAN_BUSY, stamped({"reason": reason}))
 
     def busy(self) -> dict[str, Any] | None:
-        return read_dict(self.store, self.BUSY)
+        return read_dict(self.store, store_keys.PLAN_BUSY)

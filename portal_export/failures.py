@@ -1,28 +1,21 @@
-"""A task's failure record: the error code of a region (or day) that failed, kept in the store.
-
-Tasks may run in forked processes or on other hosts, where the run never sees their exceptions: the
-failing task writes this object (code, scrubbed detail, host, run), whatever summarizes the run reads
-it, and the task removes it when it later succeeds.
+"""A task's failure record: the error code of a region (or day) that failed, kept in the store, since
+tasks may run in forked processes or on other hosts, where the run never sees their exceptions. The
+task removes it when it later succeeds.
 """
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from .runs import current_run
-from .state import read_dict, stamped
+from .state import read_dict, stamped, this_host
 from .store import Store, write_json
 
 UNREADABLE: dict[str, Any] = stamped({"code": "UNREADABLE_FAILURE_RECORD", "detail": ""}, 0.0)
 
 
 def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
-    write_json(
-        store,
-        key,
-        stamped({"code": code, "detail": detail, "host": socket.gethostname(), "run": current_run()}),
-    )
+    write_json(store, key, stamped({"code": code, "detail": detail, "host": this_host(), "run": current_run()}))
 
 
 def read_failure(store: Store, key: str) -> dict[str, Any] | None:

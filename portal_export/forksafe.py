@@ -1,10 +1,8 @@
-"""No fork in the middle of a background thread's step.
-
-A fork copies every lock as it is: a lock another thread held stays held in the child for ever
-(Python re-initialises its import and logging locks, not a buffered stream's nor a C library's, such
-as getaddrinfo's or OpenSSL's). Background threads hold `guard` around each step that writes output
-or talks HTTP, and every fork waits for it (`os.register_at_fork`). Hooks registered later run first
-before a fork: this one then runs before logging's, so a step that logs cannot deadlock a fork.
+"""No fork in the middle of a background thread's step: a lock another thread held stays held in the
+child for ever (Python re-initialises its import and logging locks, not a stream's or a C library's,
+such as getaddrinfo's or OpenSSL's). Background threads hold `guard` around each step that writes
+output or talks HTTP, and every fork waits for it. Hooks registered later run first before a fork:
+this one runs before logging's, so a step that logs cannot deadlock a fork.
 """
 
 from __future__ import annotations
@@ -19,13 +17,6 @@ _lock = threading.RLock()
 guard: AbstractContextManager[object] = _lock
 
 
-def _before_fork() -> None:
-    _lock.acquire()
-
-
-def _after_fork() -> None:
-    _lock.release()  # in the child too: the forking thread, which holds it, is the child's only thread
-
-
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+    # released in the child too: the forking thread, which holds it, is the child's only thread
+    os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)

@@ -1,17 +1,13 @@
-"""The gate before each submit, the cap it admits against, and the regions that wait.
-
-A region that waits (a backoff, or after a submit refused for busy threads) holds a `Waiting` mark,
-and Luigi's `captchaai` total is the cap in force plus the regions that wait, so a waiting region
-lends its slot. Luigi then grants more slots than the cap: the gate holds the solves in flight at
-the cap in force (`_state/cap.json`; the configured cap without one), over all hosts, with no lock.
-A submit refused for busy threads spends no attempt: it waits for a plan reading made after the
-refusal, for 20 plan periods in a row at most (PLAN_BUSY).
+"""The gate before each submit, the cap it admits against, and the regions that wait. A region that waits (a
+backoff, or after a submit refused for busy threads) holds a `Waiting` mark; Luigi's `captchaai` total is the cap in
+force plus the regions that wait, so a waiting region lends its slot, and the gate holds the solves in flight over
+all hosts at the cap in force (`_state/cap.json`; the configured cap without one), with no lock. A submit refused
+for busy threads spends no attempt and waits for a plan reading made after it: PLAN_BUSY after 20 periods in a row.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -24,8 +20,6 @@ from .inflight import InFlight, Marks
 from .runs import Runs, ttl_s
 from .state import read_dict, stamped
 from .store import Store, write_json
-
-log = logging.getLogger(__name__)
 
 BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
@@ -43,37 +37,29 @@ class CapInForce:
     """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it,
     honoured only while that run is alive."""
 
-    KEY = store_keys.CAP
-
     def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
         self.runs = runs if runs is not None else Runs(store)
 
     def write(self, cap: int, read_at: float, run: str) -> None:
-        write_json(self.store, self.KEY, stamped({"cap": cap, "read_at": read_at, "run": run}))
+        write_json(self.store, store_keys.CAP, stamped({"cap": cap, "read_at": read_at, "run": run}))
 
     def clear(self, run: str) -> None:
-        """Delete the file if `run` wrote it."""
         state = self._state()
         if state is not None and state[2] == run:
-            self.store.delete(self.KEY)
+            self.store.delete(store_keys.CAP)
 
     def _state(self) -> tuple[int, float, str] | None:
-        state = read_dict(self.store, self.KEY)
-        if state is None:
-            return None
+        state = read_dict(self.store, store_keys.CAP) or {}
         try:
             return int(state["cap"]), float(state["read_at"]), str(state["run"])
         except (ValueError, KeyError, TypeError):
-            return None
+            return None  # none, or not one of ours
 
     def read(self) -> tuple[int, float] | None:
         """(cap, its reading's id), or None when no live run follows the plan."""
         state = self._state()
-        if state is None:
-            return None
-        cap, read_at, run = state
-        return (cap, read_at) if self.runs.alive(run) else None
+        return state[:2] if state is not None and self.runs.alive(state[2]) else None
 
 
 class Gate:
@@ -101,10 +87,6 @@ class Gate:
         self.clock = clock
         self.sleep = sleep
 
-    @property
-    def deadline_s(self) -> float:
-        return ZERO_CAP_PERIODS * self.plan_every_s
-
     def cap(self) -> int:
         seen = self.cap_file.read()
         return self.configured if seen is None else seen[0]
@@ -115,16 +97,14 @@ class Gate:
         if now - self._busy_checked < BUSY_EVERY_S:
             return
         self._busy_checked = now
-        busy = self.caplog.busy()
-        if busy is not None:
+        if (busy := self.caplog.busy()) is not None:
             reason = busy.get("reason", "no plan thread usable")
             raise PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
         """Mark first, then count: of cap + 1 solves that mark at once, the last to create its mark
         lists every other one and withdraws. No lock: a LIST shows every write completed before it."""
-        cap = self.cap()
-        if cap <= 0:
+        if (cap := self.cap()) <= 0:
             return False
         key = self.inflight.mark()
         if self.inflight.count() <= cap:
@@ -153,18 +133,13 @@ class Gate:
         return working < threads
 
     def after_refusal(
-        self,
-        busy_since: float,
-        detail: str,
-        plan: Callable[[], tuple[int, int]] | None = None,
-        every_s: float = 5.0,
+        self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
-        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's
-        `read_at` changes: compared, never with this host's clock), or, when nobody follows the plan,
-        read it through `plan` every `every_s` until a thread is free; one plan period at most.
-        PLAN_BUSY once refused for the deadline in a row. Under a fixed cap the region keeps its slot:
-        another region's submit would be refused too."""
-        deadline = busy_since + self.deadline_s
+        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's `read_at` changes:
+        compared, never with this host's clock), or, when nobody follows the plan, read it through `plan` every
+        `every_s` until a thread is free; one plan period at most. PLAN_BUSY once refused for the deadline in a row.
+        Under a fixed cap the region keeps its slot: another region's submit would be refused too."""
+        deadline = busy_since + ZERO_CAP_PERIODS * self.plan_every_s
         before = self.cap_file.read()
         with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():
             until = min(self.clock() + self.plan_every_s, deadline)

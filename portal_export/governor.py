@@ -1,13 +1,11 @@
-"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold).
-
-`decide` is the policy, a pure function; `Governor` reads the plan every period (and at once after
-a submit refused as busy) and hands each new cap to `set_cap(n, reason)`. It is asymmetric:
-- Own solves are counted just before and after `threadsinfo` answers: `own` those in either count,
-  `steady` those in both. Others hold at least working - own (a lowering, at once) and, for a rise,
-  working - steady. Between the two the cap stays: solves starting and ending around a reading do
-  not move it.
-- A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task
-  CaptchaAI finished but we have not polled yet), and goes to the lower of the two.
+"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold). `decide` is the
+policy, a pure function; `Governor` reads the plan every period (and at once after a submit refused as busy) and
+hands each new cap to `set_cap(n, reason)`. It is asymmetric:
+- Own solves are counted just before and after `threadsinfo` answers (`own`: in either count, `steady`: in both).
+  Others hold at least working - own (a lowering, at once) and, for a rise, working - steady; between the two
+  the cap stays, so solves starting and ending around a reading do not move it.
+- A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task CaptchaAI
+  finished but we have not polled yet), and goes to the lower of the two.
 - `threadsinfo` caps working threads at the plan size: a full reading never raises the cap.
 """
 
@@ -17,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from . import forksafe
@@ -92,47 +90,30 @@ class Plan(Protocol):
 
 class Signals(Protocol):
     def prune_dead(self) -> set[str]: ...
-
     def last_poke(self) -> float: ...
 
 
+@dataclass(eq=False)
 class Governor:
-    """`set_cap(n, reason)` at the first reading and each change; `blocked(reason)` once the cap has
-    been 0 for `ZERO_CAP_PERIODS`, `blocked(None)` when it rises again; `on_read(n)` after every
-    reading that answered."""
+    """`set_cap(n, reason)` at the first reading and each change; `blocked(reason)` once the cap has been 0 for
+    `ZERO_CAP_PERIODS`, `blocked(None)` when it rises again; `on_read(n)` after every reading that answered."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        signals: Signals,
-        *,
-        configured: int,
-        spare: int,
-        every_s: float,
-        set_cap: Callable[[int, str], None],
-        blocked: Callable[[str | None], None] = lambda reason: None,
-        on_read: Callable[[int], None] = lambda cap: None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.plan = plan
-        self.signals = signals
-        self.configured = configured
-        self.spare = spare
-        self.every_s = every_s
-        self.set_cap = set_cap
-        self.blocked = blocked
-        self.on_read = on_read
-        self.clock = clock
-        self.cap: int | None = None
-        self._proposed: int | None = None
-        self._zero_since: float | None = None
-        self._blocked = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @property
-    def zero_deadline_s(self) -> float:
-        return ZERO_CAP_PERIODS * self.every_s
+    plan: Plan
+    signals: Signals
+    _: KW_ONLY
+    configured: int
+    spare: int
+    every_s: float
+    set_cap: Callable[[int, str], None]
+    blocked: Callable[[str | None], None] = lambda reason: None
+    on_read: Callable[[int], None] = lambda cap: None
+    clock: Callable[[], float] = time.monotonic
+    cap: int | None = field(default=None, init=False)
+    _proposed: int | None = field(default=None, init=False)
+    _zero_since: float | None = field(default=None, init=False)
+    _blocked: bool = field(default=False, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
 
     def read(self, seen: tuple[int, int] | None = None) -> Decision | None:
         """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`:
@@ -165,7 +146,7 @@ class Governor:
             return
         if self._zero_since is None:
             self._zero_since = now
-        elif not self._blocked and now - self._zero_since >= self.zero_deadline_s:
+        elif not self._blocked and now - self._zero_since >= ZERO_CAP_PERIODS * self.every_s:
             self._blocked = True
             self.blocked(f"no plan thread usable for {now - self._zero_since:.0f} s: {decision.reason}")
 
@@ -176,9 +157,7 @@ class Governor:
         poked = self.signals.last_poke()
         while not self._stop.is_set():
             due = self.clock() + self.period()
-            while not self._stop.is_set() and self.clock() < due:
-                if self.signals.last_poke() != poked:
-                    break
+            while not self._stop.is_set() and self.clock() < due and self.signals.last_poke() == poked:
                 self._stop.wait(min(0.1, self.every_s / 10, max(0.0, due - self.clock())))
             if self._stop.is_set():
                 return

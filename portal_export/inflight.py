@@ -1,8 +1,7 @@
-"""This deployment's solves in flight, as marks in the store that every host can see.
-
-One empty object per solve, `_state/inflight/<run id>-<pid>-<n>`, from before its submit to after
-its last poll. It counts while its process lives (`state.alive`); whoever lists a dead one deletes
-it. `poke()` asks the governor, on whichever host, for a plan reading at once.
+"""This deployment's solves in flight, as marks in the store that every host can see: one empty object per solve,
+`_state/inflight/<run id>-<pid>-<n>`, from before its submit to after its last poll. It counts while its process
+lives (`state.alive`); whoever lists a dead one deletes it. `poke()` asks the governor, on whichever host, for a
+plan reading at once.
 """
 
 from __future__ import annotations
@@ -20,12 +19,7 @@ from .store import LocalStore, Store, write_json
 # How often a wait lists again: on an object store each look is a paid LIST.
 LOCAL_STEP_S = 0.02
 REMOTE_STEP_S = 0.25
-POKE = store_keys.PLAN_POKE
 REMOTE_POKE_EVERY_S = 1.0
-
-
-def step_s(store: Store) -> float:
-    return LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
 
 class Marks:
@@ -38,7 +32,7 @@ class Marks:
         self.runs = runs if runs is not None else Runs(store, cache_s=1.0)
         self.run = run or current_run()
         self.prefix = store_keys.marks(self.kind)
-        self.step_s = step_s(store)
+        self.step_s = LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
     def mark(self) -> str:
         key = store_keys.mark(self.kind, self.run, os.getpid(), serial())
@@ -57,8 +51,7 @@ class Marks:
             self.unmark(key)
 
     def live(self, name: str, ages: dict[str, dict[str, float]]) -> bool:
-        """A mark counts while its process lives; `ages` (empty at first) lists the runs once for
-        every mark judged with it."""
+        """A mark counts while its process lives; `ages` (empty at first): the runs, listed once for all."""
         run, pid = store_keys.mark_of(name)
         if not pid.isdigit():
             return False
@@ -88,13 +81,10 @@ class Marks:
 
 class InFlight(Marks):
     kind = "inflight"
-
-    def __init__(self, store: Store, runs: Runs | None = None, run: str | None = None) -> None:
-        super().__init__(store, runs, run)
-        self._poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
+    _poke_seen: tuple[float, float] = (0.0, -float("inf"))  # (value, when read)
 
     def poke(self) -> None:
-        write_json(self.store, POKE, stamped({"run": self.run}))
+        write_json(self.store, store_keys.PLAN_POKE, stamped({"run": self.run}))
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
@@ -104,9 +94,8 @@ class InFlight(Marks):
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
-        state = read_dict(self.store, POKE)
         try:
-            value = (stamp_of(state) or 0.0) if state is not None else 0.0
+            value = stamp_of(read_dict(self.store, store_keys.PLAN_POKE) or {}) or 0.0
         except (ValueError, TypeError):
             value = 0.0
         self._poke_seen = (value, now)

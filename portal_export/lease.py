@@ -1,8 +1,7 @@
-"""One owner of the cap per deployment: `_state/governor/<scheduler key>/<gen:08d>.json` = {"run", "t"}.
-
-The newest generation's run owns the cap while it is alive. A contender creates generation n + 1
-only when generation n's run is dead (`create` is conditional: one wins); an owner that finds a
-newer generation steps down, so two runs set the cap for one heartbeat at most.
+"""One owner of the cap per deployment: `_state/governor/<scheduler key>/<gen:08d>.json` = {"run", "t"}. The newest
+generation's run owns the cap while it is alive. A contender creates generation n + 1 only when generation n's run
+is dead (`create` is conditional: one wins); an owner that finds a newer generation steps down, so two runs set the
+cap for one heartbeat at most.
 """
 
 from __future__ import annotations
@@ -17,9 +16,7 @@ KEEP = 2  # the owner's generation and the one before it
 
 class Lease:
     def __init__(self, store: Store, key: str, runs: Runs, run: str) -> None:
-        self.store = store
         self.chain = Chain(store, store_keys.governor_lease(key), first=1)  # 0: nobody held it
-        self.prefix = self.chain.prefix
         self.runs = runs
         self.run = run
         self.gen: int | None = None  # the generation this run holds

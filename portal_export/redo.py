@@ -1,11 +1,8 @@
-"""A day redone: its unsolvable regions set aside to be solved again, and the record of what they
-counted.
-
-`make retry-unsolvable` and healing share `set_aside`. It works from the health that judged the day,
-never touches regions that delivered, and leaves alone a region target written after that health (a
-redo under way elsewhere). The counters of `/metrics` never decrease: what a redo takes out is first
-written under `_state/redone/`, and `Redone.tally` adds it back. An attempt is known by its region
-and task ids, so a record written twice, or a redo stopped half-way, counts once.
+"""A day redone: its unsolvable regions set aside to be solved again, and the record of what they counted. `make
+retry-unsolvable` and healing share `set_aside`: it works from the health that judged the day, never touches regions
+that delivered, and leaves alone a region target written after that health (a redo under way elsewhere). The
+counters of `/metrics` never decrease: what a redo takes out is first written under `_state/redone/`, and
+`Redone.tally` adds it back once per attempt (its region and task ids).
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import io
 import secrets
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import store_keys as keys
@@ -73,12 +70,7 @@ def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float |
 
 
 def set_aside(
-    store: Store,
-    day: datetime.date,
-    regions: Sequence[str],
-    *,
-    older_than_s: float = 0.0,
-    complete_too: bool = False,
+    store: Store, day: datetime.date, regions: Sequence[str], *, older_than_s: float = 0.0, complete_too: bool = False
 ) -> Outcome:
     """Set aside the unsolvable regions of the health that judged `day`, if it failed `older_than_s`
     ago: a record for the counters first, then each target copied beside itself and removed, then a
@@ -130,12 +122,8 @@ class Tally:
     transient_errors: Counter[str] = field(default_factory=Counter)
 
     def add(self, other: Tally) -> None:
-        self.solved += other.solved
-        self.unsolvable += other.unsolvable
-        self.submits += other.submits
-        self.refused_tokens += other.refused_tokens
-        self.busy_waits += other.busy_waits
-        self.transient_errors.update(other.transient_errors)
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @classmethod
     def of_entries(cls, entries: Iterable[Mapping[str, Any]]) -> Tally:
@@ -143,28 +131,24 @@ class Tally:
         t = cls()
         for e in entries:
             try:
-                t.add(
-                    cls(
-                        solved=int(e.get("status") == "ok"),
-                        unsolvable=int(e.get("status") == "unsolvable"),
-                        submits=len(e.get("task_ids") or ()),
-                        refused_tokens=int(e.get("refused_tokens") or 0),
-                        busy_waits=int(e.get("busy_waits") or 0),
-                        transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
-                    )
+                one = cls(
+                    solved=int(e.get("status") == "ok"),
+                    unsolvable=int(e.get("status") == "unsolvable"),
+                    submits=len(e.get("task_ids") or ()),
+                    refused_tokens=int(e.get("refused_tokens") or 0),
+                    busy_waits=int(e.get("busy_waits") or 0),
+                    transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
                 )
             except (AttributeError, TypeError, ValueError):
                 continue
+            t.add(one)
         return t
 
 
 def attempts(entries: Mapping[str, Any]) -> dict[Attempt, Mapping[str, Any]]:
     """A health's `regions` (or a record's part) by attempt."""
-    found: dict[Attempt, Mapping[str, Any]] = {}
-    for region, e in entries.items() if isinstance(entries, dict) else ():
-        if isinstance(e, dict):
-            found[(str(region), tuple(str(t) for t in e.get("task_ids") or ()))] = e
-    return found
+    pairs = entries.items() if isinstance(entries, dict) else ()
+    return {(str(name), tuple(str(t) for t in e.get("task_ids") or ())): e for name, e in pairs if isinstance(e, dict)}
 
 
 @dataclass(frozen=True)

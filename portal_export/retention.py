@@ -1,10 +1,8 @@
-"""What the data dir keeps for itself besides the outputs (`_state/` and the failure records, by
-`KINDS`), and what of it `keep_state_days` lets go, judged on listings alone.
-
-Never touched: outputs and region targets, a live run's objects, the breaker of a credential in use
-(unknown: no breaker goes), a redone day's record (the counters hold it for good), the newest cap-log
-change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever `keep_s` is.
-Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
+"""What the data dir keeps for itself besides the outputs (`_state/` and the failure records, by `KINDS`), and what
+of it `keep_state_days` lets go, judged on listings alone. Never touched: outputs and region targets, a live run's
+objects, the breaker of a credential in use (unknown: no breaker goes), a redone day's record (the counters hold it
+for good), the newest cap-log change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever
+`keep_s` is. Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
 every object is reached over the nights); `make prune` removes it all (`prune_all`).
 """
 
@@ -21,7 +19,6 @@ DAY_S = 86400.0
 LIVE_FLOOR_S = 3600.0
 BATCH = 100  # objects a listing of a nightly prune looks at, per kind
 BUDGET = 20  # deletes a nightly prune makes at most, all kinds together
-HEX = "0123456789abcdef"
 
 
 @dataclass(frozen=True)
@@ -62,47 +59,32 @@ class Policy:
     def cutoff(self) -> float:
         return self.now - self.keep_s
 
-    @property
-    def dead_cutoff(self) -> float:
-        return self.now - max(self.keep_s, LIVE_FLOOR_S)
-
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
         """The keys of `found` (a listing of `kind`) that may go; `complete`: the listing ran to its
         end, so its last lease chain is whole."""
+        old = [e.key for e in found if e.modified < self.cutoff]
         if kind is CAP_LOG:
             return self._cap_log(found)
         if kind is ALERTS:
-            return [e.key for e in found if e.modified < self.cutoff]
+            return old
         if kind is BREAKERS:
-            if self.breakers_in_use is None:
-                return []
-            return [e.key for e in found if e.modified < self.cutoff and e.key not in self.breakers_in_use]
+            return [] if self.breakers_in_use is None else [k for k in old if k not in self.breakers_in_use]
         if kind is LEASES:
             return self._leases(found, complete)
-        if kind is RUNS:
-            return [
-                e.key for e in found if e.modified < self.dead_cutoff and store_keys.run_of(e.key) not in self.live_runs
-            ]
-        if kind in (INFLIGHT, WAITING):
-            return [
-                e.key
-                for e in found
-                if e.modified < self.dead_cutoff
-                and store_keys.mark_of(e.key[len(kind.prefix) :])[0] not in self.live_runs
-            ]
+        if kind in (RUNS, INFLIGHT, WAITING):
+            dead_cutoff = self.now - max(self.keep_s, LIVE_FLOOR_S)
+            run_of = store_keys.run_of if kind is RUNS else lambda k: store_keys.mark_of(k[len(kind.prefix) :])[0]
+            return [e.key for e in found if e.modified < dead_cutoff and run_of(e.key) not in self.live_runs]
         if kind is FAILURES:
-            return [e.key for e in found if is_failure_record(e.key) and e.modified < self.cutoff]
+            return [k for k in old if is_failure_record(k)]
         return []
 
     def _cap_log(self, found: list[Entry]) -> list[str]:
         """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
         out = []
         for entry in found[:-1]:
-            parsed = store_keys.cap_change_of(entry.key)
-            if parsed is None:
-                continue  # not one of ours
-            t, _, _, run = parsed
-            if t < self.cutoff and run not in self.live_runs:
+            parsed = store_keys.cap_change_of(entry.key)  # None: not one of ours
+            if parsed is not None and parsed[0] < self.cutoff and parsed[3] not in self.live_runs:
                 out.append(entry.key)
         return out
 
@@ -112,11 +94,9 @@ class Policy:
         for entry in found:
             chains.setdefault(entry.key.rpartition("/")[0], []).append(entry)
         out = []
-        for i, generations in enumerate(chains.values()):
-            last_listed = i == len(chains) - 1
-            older, newest = generations[:-1], generations[-1]
+        for i, (*older, newest) in enumerate(chains.values()):
             out += [e.key for e in older if e.modified < self.cutoff]
-            if newest.modified < self.cutoff and not self.live_runs and (complete or not last_listed):
+            if newest.modified < self.cutoff and not self.live_runs and (complete or i < len(chains) - 1):
                 out.append(newest.key)
         return out
 
@@ -138,15 +118,14 @@ def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) 
         found = store.entries(kind.prefix, limit=batch)
         yield found, len(found) < batch
         return
-    start = kind.prefix + "".join(rng.choice(HEX) for _ in range(4))
+    start = f"{kind.prefix}{rng.getrandbits(16):04x}"
     after = store.entries(kind.prefix, start_after=start, limit=batch)
     yield after, len(after) < batch
     room = batch - len(after)
-    if room <= 0:
-        return
-    raw = store.entries(kind.prefix, limit=room)
-    before = [e for e in raw if e.key <= start]
-    yield before, len(raw) < room or len(before) < len(raw)
+    if room > 0:
+        raw = store.entries(kind.prefix, limit=room)
+        before = [e for e in raw if e.key <= start]
+        yield before, len(raw) < room or len(before) < len(raw)
 
 
 def prune_some(
@@ -190,9 +169,8 @@ def prune_all(
             gone = policy.removable(kind, found, complete)
             if say is not None and gone:
                 say(kind, gone)
-            if delete:
-                for key in gone:
-                    store.delete(key)
+            for key in gone if delete else ():
+                store.delete(key)
             done[kind.name] = done.get(kind.name, 0) + len(gone)
             if complete:
                 break
@@ -228,7 +206,6 @@ def survey(store: Store) -> dict[str, Tally]:
     tallies = {kind.name: Tally() for kind in KINDS}
     for prefix in (store_keys.STATE, store_keys.REGIONS):
         for entry in store.entries(prefix):
-            kind = kind_of(entry.key)
-            if kind is not None:
+            if (kind := kind_of(entry.key)) is not None:
                 tallies[kind.name].add(entry)
     return tallies

@@ -1,9 +1,7 @@
-"""The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json`.
-
-A run (its CLI process; the tasks it forks learn its id from `RUN_ENV`) writes its heartbeat,
-`{"t", "where": its boot and PID namespace, ...}`, at its start and every `heartbeat_s`, and
-deletes it at its end. Its ages are read on the store's clock (the objects' last-modified times
-against the store's time now), so hosts whose clocks disagree agree on which runs go.
+"""The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json`. A run (its CLI process;
+the tasks it forks learn its id from `RUN_ENV`) writes its heartbeat, `{"t", "where": its boot and PID namespace,
+...}`, at its start and every `heartbeat_s`, and deletes it at its end. Its ages are read on the store's clock (the
+objects' last-modified times against the store's time now), so hosts whose clocks disagree agree on which runs go.
 """
 
 from __future__ import annotations
@@ -14,14 +12,10 @@ from functools import partial
 from typing import Any
 
 from . import store_keys
-from .state import alive, machine, new_run_id, read_dict, stamped
-from .state import pid_alive as pid_alive
-from .state import split_run as split_run
-from .state import this_host as this_host
+from .state import alive, machine, new_run_id, pid_alive, read_dict, split_run, stamped
 from .store import Store, write_json
 
 RUN_ENV = "PORTAL_EXPORT_RUN"
-PREFIX = store_keys.RUNS
 # Two plan periods (luigid's worker_disconnect_delay at the default), never under 10 s: a heartbeat
 # stalled that long on a loaded host would make a live run look dead.
 MIN_TTL_S = 10.0
@@ -57,24 +51,17 @@ class Runs:
         self._ages: tuple[dict[str, float], float] = ({}, -float("inf"))  # (run -> age, until on time.monotonic)
         self._here: dict[str, bool] = {}  # run -> on this machine and PID namespace (never changes)
 
-    @staticmethod
-    def key(run: str) -> str:
-        return store_keys.run(run)
-
     def beat(self, run: str, **fields: Any) -> None:
-        write_json(self.store, self.key(run), stamped({**fields, "where": machine()}))
+        write_json(self.store, store_keys.run(run), stamped({**fields, "where": machine()}))
 
     def end(self, run: str) -> None:
-        self.store.delete(self.key(run))
-
-    def state(self, run: str) -> dict[str, Any] | None:
-        return read_dict(self.store, self.key(run))
+        self.store.delete(store_keys.run(run))
 
     def ages(self, fresh: bool = False) -> dict[str, float]:
         now = time.monotonic()
         ages, until = self._ages
         if fresh or now >= until:
-            modified, store_now = self.store.written(PREFIX)
+            modified, store_now = self.store.written(store_keys.RUNS)
             ages = {store_keys.run_of(k): max(0.0, store_now - t) for k, t in modified.items()}
             self._ages = (ages, now + self.cache_s)
         return ages
@@ -88,7 +75,7 @@ class Runs:
             return machine() is not None
         if run not in self._here:
             if state is None:
-                state = self.state(run)
+                state = read_dict(self.store, store_keys.run(run))
             if state is None:
                 return False  # no heartbeat (yet, or any more): not known, the heartbeat decides
             self._here[run] = machine() is not None and state.get("where") == machine()
@@ -106,9 +93,9 @@ class Runs:
         """Deletes dead runs' heartbeats; returns the live runs (of scheduler `key`, if given)."""
         found = []
         for run, age in self.ages(fresh=True).items():
-            state = self.state(run)  # one read for the verdict and the key
+            state = read_dict(self.store, store_keys.run(run))  # one read for the verdict and the key
             if not alive(run, partial(float, age), self.ttl, here=partial(self.here, run, state)):
-                self.store.delete(self.key(run))
+                self.store.delete(store_keys.run(run))
                 continue
             if key is None or (state or {}).get("key") == key:
                 found.append(run)

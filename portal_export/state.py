@@ -1,8 +1,6 @@
 """What the state objects in the store share: reading one, its time stamp, whether a run is alive,
-a chain of numbered generations, and a serial for names (keys in `store_keys.py`).
-
-Hosts' clocks may disagree: an object's `t` is its writer's clock, for people and for durations a
-run measures itself; no verdict on another host's object compares it with this host's clock.
+a chain of numbered generations, and a serial for names. Hosts' clocks may disagree: an object's `t`
+is its writer's clock, for people and a run's own durations, never compared with another host's.
 """
 
 from __future__ import annotations
@@ -102,12 +100,10 @@ def alive(
     pid: int | None = None,
     here: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """The one verdict on whether `run` (or, given `pid`, that process of it) still goes.
-
-    `age`: seconds since its heartbeat on the store's clock (None: none); `here`: it runs in this
-    boot and PID namespace. Each is asked at most once, only when needed (they may be requests).
-    Here, the pid tells (exact, at once), and a whole run also needs its heartbeat (an ended run
-    deleted it); elsewhere, a heartbeat younger than `ttl` (a dead host stops beating)."""
+    """The one verdict on whether `run` (or, given `pid`, that process of it) still goes. `age`: seconds since its
+    heartbeat on the store's clock (None: none); `here`: it runs in this boot and PID namespace; each is asked at
+    most once, only when needed (they may be requests). Here, the pid tells (exact, at once), and a whole run also
+    needs its heartbeat (an ended run deleted it); elsewhere, a heartbeat younger than `ttl` (a dead host stops)."""
     where = split_run(run)
     if where is None:
         return False
@@ -146,8 +142,7 @@ class Chain:
     def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
         return read_dict(self.store, self.key(n), tolerate=tolerate)
 
-    def create(self, n: int, record: Mapping[str, Any]) -> bool:
-        """False when it exists (another writer won it)."""
+    def create(self, n: int, record: Mapping[str, Any]) -> bool:  # False: another writer won it
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:

@@ -1,17 +1,17 @@
-"""Where the data dir's objects live: a local directory, or a prefix in an object store.
-
-Keys are relative POSIX paths, the same in every store; the core keeps its state through this
-protocol only. Ages are the store's (`modified`, `written`), so hosts whose clocks disagree agree
-on how old an object is. Every write is whole or not at all; `create` is the one conditional write
-(a local exclusive link, S3's `If-None-Match: *`), on which leases and "one alert per run" rest.
+"""Where the data dir's objects live: a local directory, or a prefix in an object store. Keys are relative POSIX
+paths, the same in every store; the core keeps its state through this protocol only. Ages are the store's, so hosts
+whose clocks disagree agree on how old an object is. Every write is whole or not at all; `create` is the one
+conditional write (a local exclusive link, S3's `If-None-Match: *`), on which leases and "one alert per run" rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -33,33 +33,18 @@ Keys = list[str]
 
 
 class Store(Protocol):
-    def location(self, key: str) -> str:
-        """A path, or an s3:// URL."""
-        ...
-
+    def location(self, key: str) -> str: ...  # a path, or an s3:// URL
     def read(self, key: str) -> bytes | None: ...
-
     def write(self, key: str, data: bytes) -> None: ...
-
-    def create(self, key: str, data: bytes) -> bool:
-        """Store `data` only if no object is there; True when this call created it."""
-        ...
-
+    def create(self, key: str, data: bytes) -> bool: ...  # only if no object is there; True: this call made it
     def exists(self, key: str) -> bool: ...
-
     def modified(self, key: str) -> float | None: ...
-
     def delete(self, key: str) -> None: ...
-
-    def list(self, prefix: str, start_after: str = "") -> list[str]:
-        """Every key under `prefix` (a folder or a name's start), sorted; only those after `start_after`."""
-        ...
-
+    # every key under `prefix` (a folder or a name's start), sorted; only those after `start_after`
+    def list(self, prefix: str, start_after: str = "") -> list[str]: ...
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries: ...
-
-    def written(self, prefix: str) -> tuple[dict[str, float], float]:
-        """When each key under `prefix` was last written, and the time now, on the store's clock."""
-        ...
+    # when each key under `prefix` was last written, and the time now, on the store's clock
+    def written(self, prefix: str) -> tuple[dict[str, float], float]: ...
 
 
 def read_json(store: Store, key: str) -> Any:
@@ -90,36 +75,28 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def _temporary(self, target: Path, data: bytes) -> str:
+    @contextlib.contextmanager
+    def _temporary(self, target: Path, data: bytes) -> Iterator[str]:
         # beside `target`: a rename or link stays on one filesystem
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return tmp
-
-    def write(self, key: str, data: bytes) -> None:
-        target = self.path(key)
-        tmp = self._temporary(target, data)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def create(self, key: str, data: bytes) -> bool:
-        target = self.path(key)
-        tmp = self._temporary(target, data)
-        try:
-            os.link(tmp, target)  # fails when the target exists: the whole file appears, or nothing
-        except FileExistsError:
-            return False
+            yield tmp
         finally:
             Path(tmp).unlink(missing_ok=True)
+
+    def write(self, key: str, data: bytes) -> None:
+        with self._temporary(self.path(key), data) as tmp:
+            os.replace(tmp, self.path(key))
+
+    def create(self, key: str, data: bytes) -> bool:
+        with self._temporary(self.path(key), data) as tmp:
+            try:
+                os.link(tmp, self.path(key))  # fails when the target exists: the whole file appears, or nothing
+            except FileExistsError:
+                return False
         return True
 
     def exists(self, key: str) -> bool:

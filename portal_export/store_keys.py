@@ -1,26 +1,5 @@
 """Every key of the data dir, spelled once. Data dirs, other hosts and outside readers rely on these
-exact strings: they may move here, never change.
-
-    portal_records_YYYY-MM-DD.jsonl               a complete day's records  } written only for a
-    portal_records_YYYY-MM-DD.health.json         its health                } validated day
-    regions/YYYY-MM-DD/<region>.jsonl             a region's solve facts, then its records
-    regions/YYYY-MM-DD/<region>.jsonl.unsolvable-<stamp>  an unsolvable one set aside (`redo.py`)
-    regions/YYYY-MM-DD/failed.health.json         health of a day that failed validation
-    regions/YYYY-MM-DD/failures/region-<r>.json   the error code of a region's last failure,
-    regions/YYYY-MM-DD/failures/day.json          and of the day's other than validation (`failures.py`)
-    report/                                       the solve-health report (`report.py`)
-    _state/                                       what runs share, on every host:
-        breaker-<fingerprint>.json                    an open breaker (`breaker.py`)
-        runs/<run>.json                               a run's heartbeat (`runs.py`)
-        inflight/<run>-<pid>-<n>                      a solve in flight (`inflight.py`)
-        waiting/<run>-<pid>-<n>                       a region that waits (`gate.py`)
-        cap.json                                      the cap in force (`gate.py`)
-        plan-poke.json                                a request for a plan reading now
-        plan-busy.json                                the busy-plan verdict (`caplog.py`)
-        cap-log/<t>-<cap>-<configured>-<run>-<n>.json a change of the cap
-        governor/<scheduler key>/<gen:08d>.json       the cap's lease (`lease.py`)
-        alerts/<fingerprint>/<n:08d>.json             an alert's claims (`alert_claim.py`)
-        redone/YYYY-MM-DD/<stamp>.json                what a redo of the day set aside (`redo.py`)
+exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md.
 """
 
 from __future__ import annotations
@@ -47,10 +26,8 @@ def day_health(date: datetime.date) -> str:
 
 def _date(text: str) -> datetime.date | None:
     """The date spelled YYYY-MM-DD (no other ISO form); None when it spells none."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        return None
     try:
-        return datetime.date.fromisoformat(text)
+        return datetime.date.fromisoformat(text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) else None
     except ValueError:
         return None
 
@@ -130,8 +107,7 @@ def run_of(key: str) -> str:
     return key[len(RUNS) :].removesuffix(".json")
 
 
-def marks(kind: str) -> str:
-    """The folder of one kind of mark: `inflight` or `waiting`."""
+def marks(kind: str) -> str:  # `inflight` or `waiting`
     return f"{STATE}{kind}/"
 
 
@@ -178,10 +154,7 @@ def redone(date: datetime.date, stamp: str) -> str:
 def redone_of(key: str) -> datetime.date | None:
     if not key.startswith(REDONE) or not key.endswith(".json"):
         return None
-    try:
-        return datetime.date.fromisoformat(key[len(REDONE) :].partition("/")[0])
-    except ValueError:
-        return None
+    return _date(key[len(REDONE) :].partition("/")[0])
 
 
 def alert_claims(fingerprint: str) -> str:

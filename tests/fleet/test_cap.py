@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from portal_export.caplog import CapLog
-from portal_export.runs import split_run, ttl_s
+from portal_export.runs import ttl_s
+from portal_export.state import split_run
 from tests.helpers.cfg import cfg_text
 from tests.helpers.fleet import (
     CAP,

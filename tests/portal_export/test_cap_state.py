@@ -16,8 +16,8 @@ import pytest
 from portal_export.gate import CapInForce, Gate
 from portal_export.inflight import LOCAL_STEP_S, REMOTE_STEP_S, InFlight
 from portal_export.lease import Lease
-from portal_export.runs import Runs, current_run, this_host
-from portal_export.state import store_now
+from portal_export.runs import Runs, current_run
+from portal_export.state import store_now, this_host
 from portal_export.store import LocalStore
 
 TTL = 10.0

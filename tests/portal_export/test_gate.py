@@ -17,7 +17,8 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import BusyThreads, PermanentError
 from portal_export.gate import CapInForce, Gate, Waiting
 from portal_export.governor import ZERO_CAP_PERIODS
-from portal_export.runs import Runs, current_run, this_host
+from portal_export.runs import Runs, current_run
+from portal_export.state import this_host
 from portal_export.store import LocalStore
 from tests.helpers.runs import wait_for
 

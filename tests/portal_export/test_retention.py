@@ -340,9 +340,9 @@ def test_a_window_reads_the_cap_log_from_its_lookback_on_and_counts_as_the_whole
     start = now - 2 * 3600
     window = log.changes(start)
     assert [c["cap"] for c in window] == [2, 3, 4]  # from 6 hours before the window on: 7, 3 and 1 h ago
-    assert log.seconds_below(start, now) == 3600.0  # cap 3 from 2 h to 1 h ago
     from portal_export.caplog import seconds_below
 
+    assert seconds_below(window, start, now) == 3600.0  # cap 3 from 2 h to 1 h ago
     assert seconds_below(log.changes(), start, now) == 3600.0  # as the whole log says
     store.counts.clear()
     log.changes(start)
