@@ -2,6 +2,7 @@
 `luigi.retcodes.run_with_retcodes` does (which takes no `worker_scheduler_factory`, the cap's hook)."""
 
 import logging
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -22,12 +23,18 @@ Status = luigi.execution_summary.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
-    """Luigi's worker, ending its task processes before its keep-alive thread's ping (3.8.1 internals)."""
+    """Luigi's worker, whose way out ends its task processes first and waits for them a little: its
+    keep-alive thread's ping in flight (from a slow or frozen luigid) would let them poll on, and a
+    task process still unwinding when the worker exits is killed with it (tasks/process.py), its
+    in-flight mark left behind. (`_running_tasks` is the 3.8.1 internal Luigi's own `__exit__` reads.)"""
 
     def __exit__(self, *exc: Any) -> Any:
-        for task in self._running_tasks.values():
-            if task.is_alive():
-                task.terminate()
+        running = [task for task in self._running_tasks.values() if task.is_alive()]
+        for task in running:
+            task.terminate()
+        deadline = time.monotonic() + stopping.TASKS_END_WITHIN_S
+        for task in running:
+            task.join(max(0.0, deadline - time.monotonic()))
         return super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
 

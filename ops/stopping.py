@@ -30,6 +30,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 AGAIN_EVERY_S = 0.1  # a stop dropped (a fork hook, an `except BaseException` of Luigi's) comes again this soon
 LAST_RPC_TIMEOUT_S = 2.0  # an RPC made after the signal (telling luigid what ends) waits this long at most
 PING_TIMEOUT_S = 3.0  # luigid answers a ping in milliseconds; a worker that ends waits for one in flight
+TASKS_END_WITHIN_S = 2.0  # a stopped task process unwinds its solve in milliseconds; one that hangs is killed
 
 _pinging = threading.local()  # the keep-alive thread's ping is under way
 _silent = threading.Event()  # luigid left an RPC made after the stop unanswered
