@@ -143,3 +143,19 @@ def test_the_tests_say_the_regions_a_wait_and_a_config_once():
         "write_cfg": ["tests/helpers/cfg.py"],
         "cfg_text": ["tests/helpers/cfg.py"],
     }
+
+
+def test_no_function_of_the_product_is_over_60_lines_but_the_plot():
+    """A function a reader holds in one screen; the report's one matplotlib figure is exempt."""
+    exempt = {("portal_export/report.py", "plot_health")}
+    long = []
+    for room in MAY_IMPORT:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or (where, node.name) in exempt:
+                    continue
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > 60:
+                    long.append(f"{where}:{node.lineno} {node.name} ({size} lines)")
+    assert not long, "\n".join(long)
