@@ -175,52 +175,17 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
     return 1
 
 
-# luigid's foreground log: WatchedFileHandler reopens it after logrotate (nocreate) moves it. Loggers
-# that exist before are named, or fileConfig disables them; tornado.access logs failed requests only.
-FOREGROUND_LOGGING = """\
-# Written by `python -m ops scheduler --foreground`.
-[loggers]
-keys = root, luigi, tornado, access, ours
-[handlers]
-keys = file
-[formatters]
-keys = plain
-[logger_root]
-level = INFO
-handlers = file
-[logger_luigi]
-qualname = luigi
-handlers =
-[logger_tornado]
-qualname = tornado
-handlers =
-[logger_access]
-qualname = tornado.access
-level = WARNING
-handlers =
-[logger_ours]
-qualname = ops
-handlers =
-[handler_file]
-class = logging.handlers.WatchedFileHandler
-args = ({path!r}, "a")
-formatter = plain
-[formatter_plain]
-format = %(asctime)s %(name)s[%(process)s] %(levelname)s: %(message)s
-"""
-
-
 def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
     """luigid exec'd in place of this process (for a service manager), as `start`'s; returns if it cannot."""
     ready = _can_start(url, say, bind)
     if isinstance(ready, int):
         return ready
     local, port, _ = ready
-    logging_conf = VAR / "luigid-logging.conf"
-    logging_conf.write_text(FOREGROUND_LOGGING.format(path=str(VAR / "log" / "luigid.log")))
+    log_file, logging_conf = VAR / "log" / "luigid.log", VAR / "luigid-logging.conf"
+    logging_conf.write_text(Path(__file__).with_name("luigid-logging.conf").read_text().format(path=str(log_file)))
     cfg = luigid_config(VAR / "luigid.cfg", extra={"core": {"logging_conf_file": str(logging_conf)}})
     PIDFILE.write_text(str(os.getpid()))  # luigid's once exec'd: `make scheduler-stop` stops it too
-    say(f"scheduler: luigid at {local} in the foreground (pid {os.getpid()}); log {VAR / 'log' / 'luigid.log'}")
+    say(f"scheduler: luigid at {local} in the foreground (pid {os.getpid()}); log {log_file}")
     os.chdir(VAR)
     os.execve(LUIGID, [str(LUIGID), *_where(bind, port)], environment(cfg))
 
