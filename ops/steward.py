@@ -221,11 +221,9 @@ class Steward:
         self._total, self._owner = None, False
 
     def _take_over(self) -> None:
-        if not self._try_own():
+        if not self._try_own() or self.lease.previous in (None, self.run):
             return
         before = self.lease.previous
-        if before is None or before == self.run:
-            return
         age = self.runs.age(before)  # a dead host's heartbeat is still there; an ended run deleted its own
         how = "ended" if age is None else f"stopped its heartbeat {age:.1f} s ago (TTL {self.runs.ttl:.0f} s)"
         log.warning("cap: run %s took over the cap (%s): run %s that set it %s", self.run, self.where, before, how)
@@ -292,30 +290,22 @@ def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[Wo
     os.environ[RUN_STARTED] = str(time.time())
     os.environ[RUN_ENV] = own_run()  # the run id its tasks mark their solves with
     try:
-        with _stewarded(url, config.captchaai().follow_plan, seen.fresh() if seen else None) as factory:
-            yield factory
+        steward = Steward(url, seen.fresh() if seen else None, config.captchaai().follow_plan)
+        steward.start()
+        try:
+            settings = targets.worker_settings()
+            yield WorkerSchedulerFactory(steward.local.attach, steward.workers.attach, keep_alive=True, **settings)
+        finally:
+            try:
+                steward.stop()
+            except luigi.rpc.RPCError as err:
+                if not stopping.requested():
+                    raise
+                # stopped on purpose, luigid silent: it keeps the cap this run set until the next run sets it
+                log.warning("cap: luigid did not answer as the run stopped: %s", err)
     finally:
         os.environ.pop(RUN_STARTED, None)
         os.environ.pop(RUN_ENV, None)
-
-
-@contextlib.contextmanager
-def _stewarded(url: str | None, follow: bool, seen: tuple[int, int] | None) -> Iterator[WorkerSchedulerFactory]:
-    steward = Steward(url, seen, follow)
-    steward.start()
-    settings = targets.worker_settings()
-    try:
-        yield WorkerSchedulerFactory(
-            on_local=steward.local.attach, on_worker=steward.workers.attach, keep_alive=True, **settings
-        )
-    finally:
-        try:
-            steward.stop()
-        except luigi.rpc.RPCError as err:
-            if not stopping.requested():
-                raise
-            # stopped on purpose, luigid silent: it keeps the cap this run set until the next run sets it
-            log.warning("cap: luigid did not answer as the run stopped: %s", err)
 
 
 def describe(url: str | None, threads: int, working: int) -> str:
@@ -326,9 +316,8 @@ def describe(url: str | None, threads: int, working: int) -> str:
         return f"cap: follow_plan = false: the cap stays {configured}"
     store = targets.store()
     reading = Reading(threads, working, InFlight(store, Runs(store, ttl_s(cfg.plan_every_s))).count())
-    target = target_cap(configured, cfg.spare_threads, reading)
     line = (
-        f"cap: {target} of {configured} configured, following the plan "
+        f"cap: {target_cap(configured, cfg.spare_threads, reading)} of {configured} configured, following the plan "
         f"({why(configured, cfg.spare_threads, reading)}; {reading.own} solves of ours in flight)"
     )
     last = CapLog(store).last()
