@@ -20,9 +20,9 @@ from tasks import config, targets
 from tasks.day import DayExport
 from tasks.secrets import say, scrub
 
-from . import alert_channels, heal, luigid, probe, retention_run, run_alert, stopping
+from . import alert_channels, luigid, probe, retention_run, run_alert, stopping
 from .arguments import UsageError, parse_day, parse_ended_day, utc_today
-from .run import check_args, choose_scheduler, export_day, plan_check, preflight, run_luigi, scheduler_url
+from .run import check_args, choose_scheduler, export_day, heal, plan_check, preflight, run_luigi, scheduler_url
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT)
@@ -32,7 +32,7 @@ TERMINATED = 143  # and for one that SIGTERM ended (128 + SIGTERM)
 def cmd_export(args: argparse.Namespace) -> int:
     day = parse_ended_day("DAY", args.day)
     check_args(args)
-    return export_day(args, day, lambda: heal.heal([day], say))
+    return export_day(args, day, lambda: heal([day]))
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     )
     with run_alert.RunAlert(args, days) as run:
         preflight()
-        redone_at = heal.heal(days, say)
+        redone_at = heal(days)
         return run.finish(run_luigi(args, [range_task], days, redone_at, run=run))  # non-zero when a day is missing
 
 

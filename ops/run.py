@@ -17,7 +17,7 @@ import luigi.interface
 import luigi.retcodes
 import requests
 
-from portal_export import store_keys
+from portal_export import redo, store_keys
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 from tasks import config, targets
@@ -26,7 +26,7 @@ from tasks.login import check_login
 from tasks.region import make_solver
 from tasks.secrets import say
 
-from . import heal, luigi_run, luigid, retention_run, run_alert, steward, takeover
+from . import luigi_run, luigid, retention_run, run_alert, steward, takeover
 from . import scheduler_url as central
 from .arguments import UsageError
 from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
@@ -83,9 +83,32 @@ def check_args(args: argparse.Namespace) -> None:
     config.regions()
     config.api_key()
     retention_run.keep_s()  # said now, not at the run's end
-    heal.after_s()
+    heal_after_s()
     targets.check_store()  # a missing bucket or refused credentials: one line, before any other request
     targets.check_tmpdir()
+
+
+def heal_after_s() -> float:
+    """`[portal] heal_after_hours` in seconds; ConfigError for one that cannot work."""
+    hours = config.portal().heal_after_hours
+    if not hours >= 0:  # negative, or nan
+        raise config.ConfigError(f"[portal] heal_after_hours = {hours}: give 0 or more hours")
+    return hours * 3600.0
+
+
+def heal(days: Sequence[datetime.date]) -> float | None:
+    """Days that heal: of `days`, those that failed validation `heal_after_hours` ago or more have their unsolvable
+    regions set aside (`portal_export.redo`; not twice, by two hosts); when the newest of them was written, or None.
+    Here, not in `complete()`: completeness stays "the output exists", as every host and luigid agree."""
+    wait, store = heal_after_s(), targets.store()
+    missing = sorted(set(days) - set(targets.complete_days(list(days))))
+    newest = None
+    for day in missing:
+        done = redo.set_aside(store, day, config.regions(), older_than_s=wait)
+        if done.regions:
+            say(f"heal: {day} failed validation; solving {', '.join(done.regions)} again")
+            newest = max(newest or 0.0, done.finished_at or 0.0)
+    return newest
 
 
 def preflight() -> None:
