@@ -5,8 +5,6 @@ own e-mails stay off: the run's one summary replaces them. Where the alert goes:
 """
 
 import argparse
-import contextlib
-import dataclasses
 import datetime
 import socket
 import threading
@@ -30,11 +28,6 @@ from .alert_channels import config_set, deliver
 
 PROGRESS_EVERY_S = 0.5  # how often the day files are looked for; a line per completed day, not per look
 NOT_RUN = "NOT_RUN"  # a region without output or failure record: the run ended before it ran
-
-
-def luigi_mails_off() -> contextlib.AbstractContextManager[None]:
-    """No e-mail from Luigi here: no receiver (with `format = none` Luigi logs a line for each)."""
-    return config_set("email", "receiver", "")
 
 
 def complete_days(days: Sequence[datetime.date]) -> set[datetime.date]:
@@ -86,8 +79,9 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> ale
     return alert_text.MissingDay(day, failed_regions=failed, day_code=day_code)
 
 
-def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
-    """Host -> failure code -> tasks, from the missing days' failure records."""
+def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
+    """Host -> failure code -> tasks from the missing days' failure records, when another host saw any (the footer
+    names this one)."""
     seen: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for m in missing:
         keys = [store_keys.region_failure(m.day, region) for region in m.failed_regions]
@@ -97,7 +91,7 @@ def failures_by_host(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict
             record = read_failure(targets.store(), key)
             if record is not None and record.get("host"):
                 seen[str(record["host"])][str(record.get("code") or "UNKNOWN")] += 1
-    return {host: dict(codes) for host, codes in seen.items()}
+    return {host: dict(codes) for host, codes in seen.items()} if set(seen) - {socket.gethostname()} else {}
 
 
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
@@ -126,7 +120,7 @@ class RunAlert:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._watch, name="progress", daemon=True)
-        self._mails = luigi_mails_off()
+        self._mails = config_set("email", "receiver", "")  # no e-mail from Luigi (`format = none` logs a line each)
 
     def __enter__(self) -> "RunAlert":
         self._mails.__enter__()
@@ -177,7 +171,7 @@ class RunAlert:
             missing=missing,
             regions=regions,
             rerun=self.rerun,
-            exit_code=code,
+            exit_code=1 if missing and not code else code,
             max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
             breaker_codes=KeyBreaker.codes(targets.store()) if missing else (),
             busy_plan=self.busy_plan,
@@ -185,22 +179,14 @@ class RunAlert:
             p95_warn_s=limit,
             stopped=stopped,
             where=f"host {socket.gethostname()}, data dir {targets.where()}",
-            seen_by=self.seen_by(missing),
+            seen_by=seen_by(missing),
         )
-
-    @staticmethod
-    def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
-        """Which host saw which failure, when another host saw any (the footer names this one)."""
-        seen = failures_by_host(missing)
-        return seen if set(seen) - {socket.gethostname()} else {}
 
     def finish(self, code: int, stopped: str | None = None) -> int:
         """Print the summary and send any alert due; the exit code (non-zero when a day is missing)."""
         self._stop_watching()
         self.finished = True
         facts = self.facts(code, stopped)
-        if facts.missing and not code:
-            facts = dataclasses.replace(facts, exit_code=1)
         summary = alert_text.summarize(facts)
         say(summary.text)
         if summary.to_send:
