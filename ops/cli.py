@@ -44,11 +44,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if args.task_limit is not None and args.task_limit < 1:
         raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
     check_args(args)
-    today = utc_today()
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
     limit = args.task_limit or len(days)
     # days_back and task_limit widened to cover exactly [START, STOP); a day more keeps START past midnight UTC
-    back = (today - start).days + 2
+    back = (utc_today() - start).days + 2
     range_task = RangeDaily(
         of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
     )
@@ -99,8 +98,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from . import history  # SQLAlchemy: a tenth of a second at every other command's start
 
     url = scheduler_url()
-    keep = retention_run.keep_s()
-    events, tasks = history.prune(history.db_path(), history.cutoff_of(keep, time.time()))
+    events, tasks = history.prune(history.db_path(), history.cutoff_of(retention_run.keep_s(), time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
     return (luigid.foreground if args.foreground else luigid.start)(url, say, args.bind)

@@ -1,9 +1,7 @@
-"""`make scheduler` / `make scheduler-stop`: luigid on loopback (or a named address), its state and
-task history in var/; `--foreground` for a service manager (deploy/portal-export-luigid.service).
-
-luigid's config sets the captchaai cap for its runs, so it is written from the client config at every
-start: one place to size the cap. luigid runs in its home, so it reads no other config.
-"""
+"""`make scheduler` / `make scheduler-stop`: luigid on loopback (or a named address), its state and task history
+in var/; `--foreground` for a service manager (deploy/portal-export-luigid.service). Its config sets the captchaai
+cap for its runs, so it is written from the client config at every start: one place to size the cap. luigid runs
+in its home, so it reads no other config."""
 
 import configparser
 import contextlib
@@ -30,10 +28,7 @@ from .scheduler_url import answers
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 LOOPBACK = "127.0.0.1"
-PROXY_SECTION = 'docs/operations.md "luigid on a network, behind a proxy"'  # named in the warning
 LUIGID = Path(sys.executable).with_name("luigid")
-# luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md)
-METRICS_IMPORT = "ops.luigid_metrics.LuigidMetrics"
 # [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
 S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
@@ -57,7 +52,8 @@ def luigid_config(
         cfg[section] = dict(client.items(section)) if client.has_section(section) else {}
     cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
     cfg["scheduler"].setdefault("metrics_collector", "custom")
-    cfg["scheduler"].setdefault("metrics_custom_import", METRICS_IMPORT)
+    # luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md)
+    cfg["scheduler"].setdefault("metrics_custom_import", "ops.luigid_metrics.LuigidMetrics")
     # what the portal_export_* metrics read
     portal = config.portal()
     cfg["portal"] = {
@@ -155,7 +151,7 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
         say(
             f"warning: luigid listens on {', '.join(addresses)} port {port} with no authentication: whoever "
             "reaches it can change the captchaai cap, mark tasks done and read every task's parameters; "
-            f"put it behind the authenticating proxy of {PROXY_SECTION}"
+            'put it behind the authenticating proxy of docs/operations.md "luigid on a network, behind a proxy"'
         )
     PIDFILE.unlink(missing_ok=True)  # stale (else running_pid saw it): luigid would exit quietly on a live pid
     cfg = luigid_config(VAR / "luigid.cfg")

@@ -31,11 +31,9 @@ from . import scheduler_url as central
 from .arguments import UsageError
 from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
 
-DEFAULT_SCHEDULER_URL = "http://127.0.0.1:8082"
-
 
 def scheduler_url() -> str:
-    url = os.environ.get("LUIGI_SCHEDULER_URL") or DEFAULT_SCHEDULER_URL
+    url = os.environ.get("LUIGI_SCHEDULER_URL") or "http://127.0.0.1:8082"
     problem = central.problem(url)
     if problem:
         raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
@@ -101,9 +99,8 @@ def heal(days: Sequence[datetime.date]) -> float | None:
     regions set aside (`portal_export.redo`; not twice, by two hosts); when the newest of them was written, or None.
     Here, not in `complete()`: completeness stays "the output exists", as every host and luigid agree."""
     wait, store = heal_after_s(), targets.store()
-    missing = sorted(set(days) - set(targets.complete_days(list(days))))
     newest = None
-    for day in missing:
+    for day in sorted(set(days) - set(targets.complete_days(list(days)))):
         done = redo.set_aside(store, day, config.regions(), older_than_s=wait)
         if done.regions:
             say(f"heal: {day} failed validation; solving {', '.join(done.regions)} again")
@@ -175,12 +172,11 @@ def log_to_stderr() -> None:
 def lock_dir() -> Path:
     """Luigi's same-command lock directory: per data dir, user and host. Luigi's /tmp/luigi would make
     runs into other data dirs block each other, and its pid files mean something on one host only."""
-    where = hashlib.sha256(targets.where().encode()).hexdigest()[:16]
     base = Path(tempfile.gettempdir()) / f"portal-export-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     if base.stat().st_uid != os.getuid():  # someone else's, in a shared /tmp: never trust its pid files
         raise UsageError(f"{base} belongs to another user: set TMPDIR to a directory of your own")
-    path = base / "luigi-locks" / where
+    path = base / "luigi-locks" / hashlib.sha256(targets.where().encode()).hexdigest()[:16]
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -1,8 +1,6 @@
-"""One alert per run that leaves asked-for work missing, and the progress and summary lines of every run.
-
-The facts come from the data dir, so they are the same under the local scheduler and luigid. Luigi's
-own e-mails stay off: the run's one summary replaces them. Where the alert goes: `alert_channels.py`.
-"""
+"""One alert per run that leaves asked-for work missing, and the progress and summary lines of every run. The
+facts come from the data dir, so they are the same under the local scheduler and luigid. Luigi's own e-mails stay
+off: the run's one summary replaces them. Where the alert goes: `alert_channels.py`."""
 
 import argparse
 import datetime
@@ -95,14 +93,11 @@ def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int
 
 
 def slow_days(days: Sequence[datetime.date], limit: float) -> dict[datetime.date, float]:
-    slow = {}
     with ThreadPoolExecutor(8) as pool:  # from an object store: a few round trips, not one per day
-        healths = list(pool.map(lambda day: read_json(store_keys.day_health(day)) or {}, days))
-    for day, health in zip(days, healths, strict=True):
-        p95 = health.get("p95_solve_seconds")
-        if isinstance(p95, (int, float)) and p95 > limit:
-            slow[day] = float(p95)
-    return slow
+        p95s = list(pool.map(lambda day: (read_json(store_keys.day_health(day)) or {}).get("p95_solve_seconds"), days))
+    return {
+        day: float(p95) for day, p95 in zip(days, p95s, strict=True) if isinstance(p95, (int, float)) and p95 > limit
+    }
 
 
 class RunAlert:

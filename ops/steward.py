@@ -1,9 +1,7 @@
-"""The Luigi side of the cap that follows the plan (portal_export.governor decides the number).
-
-The scheduler's `captchaai` total is the cap plus a slot per region that waits (`portal_export.gate`
-keeps solves at the cap). Of the runs sharing a luigid only the lease holder (`portal_export.lease`)
-sets it; another takes over when it ends or dies, and the last run out puts the configured cap back.
-"""
+"""The Luigi side of the cap that follows the plan (portal_export.governor decides the number). The scheduler's
+`captchaai` total is the cap plus a slot per region that waits (`portal_export.gate` keeps solves at the cap). Of
+the runs sharing a luigid only the lease holder (`portal_export.lease`) sets it; another takes over when it ends
+or dies, and the last run out puts the configured cap back."""
 
 import contextlib
 import dataclasses
