@@ -26,9 +26,8 @@ from tasks.login import check_login
 from tasks.region import make_solver
 from tasks.secrets import say
 
-from . import luigi_run, luigid, retention_run, run_alert, steward, takeover
+from . import UsageError, luigi_run, luigid, retention_run, run_alert, steward, takeover
 from . import scheduler_url as central
-from .arguments import UsageError
 from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
 
 
