@@ -17,9 +17,7 @@ import luigi.rpc
 import luigi.scheduler
 
 from portal_export import forksafe
-from portal_export.breaker import KeyBreaker
 from portal_export.caplog import CapLog
-from portal_export.captchaai import CaptchaAI
 from portal_export.gate import CapInForce, Waiting
 from portal_export.governor import Governor, Reading, target_cap, why
 from portal_export.inflight import InFlight
@@ -28,6 +26,7 @@ from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, own_run,
 from portal_export.store import LocalStore
 from tasks import config, targets
 from tasks.config import RESOURCE, RUN_STARTED, configured_cap
+from tasks.region import make_solver
 
 from . import stopping
 from .luigi_run import WorkerSchedulerFactory
@@ -188,7 +187,7 @@ class Steward:
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
         if self.follow:
             self.governor = Governor(
-                plan_client(),
+                make_solver(),  # threadsinfo with the tasks' key and breaker: an open breaker keeps the cap
                 self.inflight,
                 configured=self.configured,
                 spare=self.spare,
@@ -273,13 +272,6 @@ class Steward:
         self._lent, self._busy = 0, False
         if self._total != self.configured:
             self._apply()
-
-
-def plan_client() -> CaptchaAI:
-    """The client that reads threadsinfo: the tasks' key and breaker (an open breaker keeps the cap)."""
-    key = config.api_key()
-    timeout = config.captchaai().http_timeout_s
-    return CaptchaAI(key, config.api_base(), http_timeout_s=timeout, breaker=KeyBreaker(targets.store(), key))
 
 
 @contextlib.contextmanager
