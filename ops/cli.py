@@ -50,10 +50,9 @@ def parse_ended_day(name: str, value: str | None) -> datetime.date:
     day = parse_day(name, value)
     today = utc_today()
     if day >= today:
-        newest = today - datetime.timedelta(days=1)
         raise UsageError(
             f"{name}={value} has not ended yet in UTC (today is {today}): a day is exported once it has ended, "
-            f"the newest is {newest}"
+            f"the newest is {today - datetime.timedelta(days=1)}"
         )
     return day
 

@@ -228,14 +228,11 @@ def run_luigi(
     return code
 
 
-def export_day(
-    args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None] | None = None
-) -> int:
+def export_day(args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None]) -> int:
     """DayExport for one day, with its summary and alert; `set_aside()` runs after the preflight."""
     with run_alert.RunAlert(args, [day]) as run:
         preflight()
-        redone_at = set_aside() if set_aside else None
-        code = run_luigi(args, [DayExport(day)], [day], redone_at, run)
+        code = run_luigi(args, [DayExport(day)], [day], set_aside(), run)
         if DayExport(day).complete():
             where = targets.store().location
             say(f"export: {where(store_keys.day_records(day))} and {where(store_keys.day_health(day))}")

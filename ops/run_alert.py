@@ -191,9 +191,10 @@ class RunAlert:
     def send_once(self, facts: alert_text.RunFacts, summary: alert_text.Summary) -> None:
         """Deliver the alert unless another host of the same run did (portal_export/alert_claim.py)."""
         fingerprint = alert_claim.fingerprint(facts, summary.kind)
-        host = socket.gethostname()
         try:
-            claim = alert_claim.claim(targets.store(), fingerprint, self.started_store, host, current_run())
+            claim = alert_claim.claim(
+                targets.store(), fingerprint, self.started_store, socket.gethostname(), current_run()
+            )
         except (OSError, ValueError, StoreError) as err:  # the store cannot say: twice rather than never
             say(f"warning: could not check whether another host sent this alert ({type(err).__name__}): sending it")
         else:

@@ -52,12 +52,12 @@ class PlanSeen:
         return (self.threads, self.working) if time.monotonic() - self.at < FRESH_S else None
 
 
+@dataclasses.dataclass
 class LocalCap:
     """The local scheduler's resource; the cap set before Luigi creates the scheduler waits for it."""
 
-    def __init__(self) -> None:
-        self.scheduler: luigi.scheduler.Scheduler | None = None
-        self.cap: int | None = None
+    scheduler: luigi.scheduler.Scheduler | None = None
+    cap: int | None = None
 
     def attach(self, scheduler: luigi.scheduler.Scheduler) -> None:
         self.scheduler = scheduler
@@ -70,14 +70,14 @@ class LocalCap:
             self.scheduler.update_resource(RESOURCE, cap)
 
 
+@dataclasses.dataclass
 class WorkerCount:
     """The run's Luigi worker: its process count follows the slots (at most [core] workers), since a
     spare process asks the scheduler for work every `wait_interval`, which costs luigid CPU."""
 
-    def __init__(self) -> None:
-        self.worker: Any = None
-        self.most = 0
-        self.wanted: int | None = None
+    worker: Any = None
+    most: int = 0
+    wanted: int | None = None
 
     def attach(self, worker: Any, processes: int) -> None:
         self.worker, self.most = worker, processes
