@@ -22,7 +22,7 @@ from tasks.day import DayExport
 from tasks.secrets import say, scrub
 
 from . import UsageError, alert_channels, luigid, probe, retention_run, run_alert, stopping
-from .run import check_args, choose_scheduler, export_day, heal, plan_check, preflight, run_luigi, scheduler_url
+from .run import check_args, choose_scheduler, export_day, heal, plan_check, run_luigi, scheduler_url
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT)
@@ -84,10 +84,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     range_task = RangeDaily(
         of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
     )
-    with run_alert.RunAlert(args, days) as run:
-        preflight()
-        redone_at = heal(days)
-        return run.finish(run_luigi(args, [range_task], days, redone_at, run=run))  # non-zero when a day is missing
+    with run_alert.RunAlert(args, days) as run:  # its exit code is non-zero when a day is missing
+        return run.finish(run_luigi(args, [range_task], days, lambda: heal(days), run))
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:

@@ -107,11 +107,6 @@ def heal(days: Sequence[datetime.date]) -> float | None:
     return newest
 
 
-def preflight() -> None:
-    """The portal login, before CaptchaAI is asked; inside the run's alert: a refused login fails the night."""
-    check_login(config.captchaai().http_timeout_s, say)
-
-
 def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
     for resource in luigid.remote(url).resource_list():
@@ -184,10 +179,13 @@ def run_luigi(
     args: argparse.Namespace,
     tasks: Sequence[luigi.Task],
     days: Sequence[datetime.date],
-    redone_at: float | None = None,
-    run: run_alert.RunAlert | None = None,
+    set_aside: Callable[[], float | None],
+    run: run_alert.RunAlert,
 ) -> int:
-    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them."""
+    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them. First the portal login
+    (before CaptchaAI is asked; inside the run's alert: a refused login fails the night), then `set_aside()`."""
+    check_login(config.captchaai().http_timeout_s, say)
+    redone_at = set_aside()
     log_to_stderr()
     url = choose_scheduler()
     _, seen = plan_check(args, url=url, run=run)
@@ -229,10 +227,9 @@ def run_luigi(
 
 
 def export_day(args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None]) -> int:
-    """DayExport for one day, with its summary and alert; `set_aside()` runs after the preflight."""
+    """DayExport for one day, with its summary and alert; `set_aside()` runs after the portal login."""
     with run_alert.RunAlert(args, [day]) as run:
-        preflight()
-        code = run_luigi(args, [DayExport(day)], [day], set_aside(), run)
+        code = run_luigi(args, [DayExport(day)], [day], set_aside, run)
         if DayExport(day).complete():
             where = targets.store().location
             say(f"export: {where(store_keys.day_records(day))} and {where(store_keys.day_health(day))}")
