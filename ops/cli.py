@@ -202,8 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = args.func in (cmd_export, cmd_backfill, cmd_retry_unsolvable)
     try:
         with stopping.handled(runs):  # SIGTERM ends a run as Ctrl-C does, promptly (ops/stopping.py)
-            code: int = args.func(args)
-        return code
+            return int(args.func(args))
     except (UsageError, config.ConfigError, ExportError) as err:
         say(f"error: {err}")
         return USAGE_ERROR

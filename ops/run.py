@@ -33,8 +33,7 @@ from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cool
 
 def scheduler_url() -> str:
     url = os.environ.get("LUIGI_SCHEDULER_URL") or "http://127.0.0.1:8082"
-    problem = central.problem(url)
-    if problem:
+    if problem := central.problem(url):
         raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
     return url
 
@@ -109,10 +108,8 @@ def heal(days: Sequence[datetime.date]) -> float | None:
 
 def luigid_cap(url: str) -> int:
     """The captchaai cap in force on luigid: its own [resources], not this process's config."""
-    for resource in luigid.remote(url).resource_list():
-        if resource["name"] == config.RESOURCE:
-            return int(resource["num_total"])
-    return 1  # luigid's default for a resource its config does not declare
+    caps = {resource["name"]: int(resource["num_total"]) for resource in luigid.remote(url).resource_list()}
+    return caps.get(config.RESOURCE, 1)  # 1: luigid's default for a resource its config does not declare
 
 
 def plan_check(

@@ -72,8 +72,8 @@ class LocalCap:
 
 @dataclasses.dataclass
 class WorkerCount:
-    """The run's Luigi worker: its process count follows the slots (at most [core] workers), since a
-    spare process asks the scheduler for work every `wait_interval`, which costs luigid CPU."""
+    """The run's Luigi worker, whose processes follow the slots (at most [core] workers): a spare one costs
+    luigid CPU, asking for work every `wait_interval`."""
 
     worker: Any = None
     most: int = 0
