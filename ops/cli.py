@@ -9,12 +9,12 @@ import datetime
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import luigi.rpc
 from luigi.tools.range import RangeDaily
 
-from portal_export import redo
+from portal_export import redo, store_keys
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
 from tasks import config, targets
@@ -22,7 +22,7 @@ from tasks.day import DayExport
 from tasks.secrets import say, scrub
 
 from . import UsageError, alert_channels, luigid, probe, retention_run, run_alert, stopping
-from .run import check_args, choose_scheduler, export_day, heal, plan_check, run_luigi, scheduler_url
+from .run import check_args, choose_scheduler, heal, plan_check, run_luigi, scheduler_url
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT)
@@ -62,10 +62,20 @@ def utc_today() -> datetime.date:
     return datetime.datetime.now(datetime.timezone.utc).date()
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def export_day(args: argparse.Namespace, set_aside: Callable[[datetime.date], float | None]) -> int:
+    """DayExport for DAY, with its summary and alert; `set_aside(day)` runs after the portal login."""
     day = parse_ended_day("DAY", args.day)
     check_args(args)
-    return export_day(args, day, lambda: heal([day]))
+    with run_alert.RunAlert(args, [day]) as run:
+        code = run_luigi(args, [DayExport(day)], [day], lambda: set_aside(day), run)
+        if DayExport(day).complete():
+            where = targets.store().location
+            say(f"export: {where(store_keys.day_records(day))} and {where(store_keys.day_health(day))}")
+        return run.finish(code)  # non-zero when the day is missing
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    return export_day(args, lambda day: heal([day]))
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -78,9 +88,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         raise UsageError(f"TASK_LIMIT={args.task_limit}: give at least 1")
     check_args(args)
     days = [start + datetime.timedelta(days=i) for i in range((stop - start).days)]
-    limit = args.task_limit or len(days)
     # days_back and task_limit widened to cover exactly [START, STOP); a day more keeps START past midnight UTC
     back = (utc_today() - start).days + 2
+    limit = args.task_limit or len(days)
     range_task = RangeDaily(
         of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
     )
@@ -89,10 +99,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
-    day = parse_ended_day("DAY", args.day)
-    check_args(args)
-
-    def set_aside() -> float | None:
+    def set_aside(day: datetime.date) -> float | None:
         done = redo.set_aside(targets.store(), day, config.regions(), complete_too=True)
         for region in done.regions:
             say(f"retry-unsolvable: {day} {region} will be solved again")
@@ -100,7 +107,7 @@ def cmd_retry_unsolvable(args: argparse.Namespace) -> int:
             say(f"retry-unsolvable: day {day} has no region given up as unsolvable")
         return done.finished_at
 
-    return export_day(args, day, set_aside)
+    return export_day(args, set_aside)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

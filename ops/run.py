@@ -17,11 +17,10 @@ import luigi.interface
 import luigi.retcodes
 import requests
 
-from portal_export import redo, store_keys
+from portal_export import redo
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 from tasks import config, targets
-from tasks.day import DayExport
 from tasks.login import check_login
 from tasks.region import make_solver
 from tasks.secrets import say
@@ -221,13 +220,3 @@ def run_luigi(
         if code == codes.already_running:
             say(f"another run is running this work: the same command on this data dir (Luigi's lock in {locks})")
     return code
-
-
-def export_day(args: argparse.Namespace, day: datetime.date, set_aside: Callable[[], float | None]) -> int:
-    """DayExport for one day, with its summary and alert; `set_aside()` runs after the portal login."""
-    with run_alert.RunAlert(args, [day]) as run:
-        code = run_luigi(args, [DayExport(day)], [day], set_aside, run)
-        if DayExport(day).complete():
-            where = targets.store().location
-            say(f"export: {where(store_keys.day_records(day))} and {where(store_keys.day_health(day))}")
-        return run.finish(code)  # non-zero when the day is missing
