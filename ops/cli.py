@@ -58,8 +58,7 @@ def parse_ended_day(name: str, value: str | None) -> datetime.date:
 
 
 def utc_today() -> datetime.date:
-    # RangeDaily clips to its own "now", which is UTC
-    return datetime.datetime.now(datetime.timezone.utc).date()
+    return datetime.datetime.now(datetime.timezone.utc).date()  # RangeDaily clips to its own "now", which is UTC
 
 
 def export_day(args: argparse.Namespace, set_aside: Callable[[datetime.date], float | None]) -> int:

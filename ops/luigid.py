@@ -31,6 +31,7 @@ LOOPBACK = "127.0.0.1"
 LUIGID = Path(sys.executable).with_name("luigid")
 # [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
 S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+Say = Callable[[str], None]
 
 
 def remote(url: str) -> Any:
@@ -52,9 +53,8 @@ def luigid_config(
         cfg[section] = dict(client.items(section)) if client.has_section(section) else {}
     cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
     cfg["scheduler"].setdefault("metrics_collector", "custom")
-    # luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md)
+    # luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md), from [portal]
     cfg["scheduler"].setdefault("metrics_custom_import", "ops.luigid_metrics.LuigidMetrics")
-    # what the portal_export_* metrics read
     portal = config.portal()
     cfg["portal"] = {
         "data_dir": data_dir(),
@@ -67,8 +67,7 @@ def luigid_config(
     cfg["scheduler"].update(record_task_history=str(history).lower(), state_path=str(home / "state.pickle"))
     if history:
         cfg["task_history"] = {"db_connection": f"sqlite:///{home / 'history.db'}"}
-    # luigid sends no e-mail, whatever /etc/luigi says: a run that leaves work missing alerts itself
-    cfg["email"] = {"format": "none"}
+    cfg["email"] = {"format": "none"}  # whatever /etc/luigi says: a run that leaves work missing alerts itself
     for section, keys in (extra or {}).items():  # what an operator's /etc/luigi might add
         if not cfg.has_section(section):
             cfg.add_section(section)
@@ -120,9 +119,7 @@ def reach(bind: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _can_start(
-    url: str, say: Callable[[str], None], bind: str, pid: int | None = None
-) -> tuple[str, int, list[str]] | int:
+def _can_start(url: str, say: Say, bind: str, pid: int | None = None) -> tuple[str, int, list[str]] | int:
     """(URL to reach it at, port, addresses) for a luigid on `bind`, its private dirs made; else an exit code."""
     port = urlsplit(url).port or 8082
     local = reach(bind, port)
@@ -141,7 +138,7 @@ def _can_start(
     return local, port, addresses
 
 
-def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
+def start(url: str, say: Say, bind: str = LOOPBACK) -> int:
     """luigid in the background on `bind`; beyond loopback it warns."""
     ready = _can_start(url, say, bind, running_pid())
     if isinstance(ready, int):
@@ -171,7 +168,7 @@ def start(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
     return 1
 
 
-def foreground(url: str, say: Callable[[str], None], bind: str = LOOPBACK) -> int:
+def foreground(url: str, say: Say, bind: str = LOOPBACK) -> int:
     """luigid exec'd in place of this process (for a service manager), as `start`'s; returns if it cannot."""
     ready = _can_start(url, say, bind)
     if isinstance(ready, int):
@@ -190,9 +187,8 @@ def _where(bind: str, port: int) -> list[str]:
     return ["--state-path", str(VAR / "luigid" / "state.pickle"), "--address", bind, "--port", str(port)]
 
 
-def stop(say: Callable[[str], None]) -> int:
-    pid = running_pid()
-    if not pid:
+def stop(say: Say) -> int:
+    if not (pid := running_pid()):
         say("scheduler: not running")
         return 0
     os.kill(pid, signal.SIGTERM)  # luigid saves its state on the way out

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import luigi
 import luigi.interface
 import luigi.retcodes
 import requests
@@ -92,9 +91,9 @@ def heal_after_s() -> float:
 
 
 def heal(days: Sequence[datetime.date]) -> float | None:
-    """Days that heal: of `days`, those that failed validation `heal_after_hours` ago or more have their unsolvable
-    regions set aside (`portal_export.redo`; not twice, by two hosts); when the newest of them was written, or None.
-    Here, not in `complete()`: completeness stays "the output exists", as every host and luigid agree."""
+    """Days that heal: the unsolvable regions of `days` that failed validation `heal_after_hours` ago or more set
+    aside (`portal_export.redo`), once over hosts; when the newest was written, or None. Here, not in `complete()`:
+    completeness stays "the output exists", as every host and luigid agree."""
     wait, store = heal_after_s(), targets.store()
     newest = None
     for day in sorted(set(days) - set(targets.complete_days(list(days)))):
@@ -178,9 +177,8 @@ def run_luigi(
     set_aside: Callable[[], float | None],
     run: run_alert.RunAlert,
 ) -> int:
-    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them. First the portal login
-    (before CaptchaAI is asked; inside the run's alert: a refused login fails the night), then `set_aside()`."""
-    check_login(config.captchaai().http_timeout_s, say)
+    """Luigi's exit code for `tasks` (which make `days`), 0 when another run completed them."""
+    check_login(config.captchaai().http_timeout_s, say)  # inside the run's alert, so a refused login fails the night
     redone_at = set_aside()
     log_to_stderr()
     url = choose_scheduler()

@@ -78,8 +78,7 @@ def missing_day(day: datetime.date, regions: Sequence[str], since: float) -> ale
 
 
 def seen_by(missing: Sequence[alert_text.MissingDay]) -> dict[str, dict[str, int]]:
-    """Host -> failure code -> tasks from the missing days' failure records, when another host saw any (the footer
-    names this one)."""
+    """Host -> failure code -> tasks of the missing days, when another host saw any (the footer names this one)."""
     seen: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for m in missing:
         keys = [store_keys.region_failure(m.day, region) for region in m.failed_regions]

@@ -72,8 +72,7 @@ class LocalCap:
 
 @dataclasses.dataclass
 class WorkerCount:
-    """The run's Luigi worker, whose processes follow the slots (at most [core] workers): a spare one costs
-    luigid CPU, asking for work every `wait_interval`."""
+    """Luigi's worker processes follow the slots (at most [core] workers): a spare one polls luigid, costing it CPU."""
 
     worker: Any = None
     most: int = 0
@@ -111,15 +110,13 @@ class Steward:
         self.cap_file = CapInForce(store, self.runs)
         self.local, self.workers = LocalCap(), WorkerCount()
         self.where = f"luigid's at {shown(url)}" if url else "the local scheduler's"
-        self.every_s, self.spare = cfg.plan_every_s, cfg.spare_threads
-        self.heartbeat_s = heartbeat_s(cfg.plan_every_s)
+        self.every_s, self.spare, self.heartbeat_s = cfg.plan_every_s, cfg.spare_threads, heartbeat_s(cfg.plan_every_s)
         # how often the owner counts the regions that wait: a LIST each, costly on an object store
         self.lend_every_s = LEND_EVERY_S if isinstance(store, LocalStore) else REMOTE_LEND_EVERY_S
         self.cap: int | None = None
         self.governor: Governor | None = None
         self._owner = False
-        self._stop = threading.Event()
-        self._lend_stop = threading.Event()
+        self._stop, self._lend_stop = threading.Event(), threading.Event()
         self._keeper: threading.Thread | None = None
         self._lender: threading.Thread | None = None
         self._slots = threading.Lock()
