@@ -26,7 +26,7 @@ from tasks.secrets import say
 
 from . import UsageError, luigi_run, luigid, retention_run, run_alert, steward, takeover
 from . import scheduler_url as central
-from .luigid_waits import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
+from .takeover import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
 
 
 def scheduler_url() -> str:

@@ -1,12 +1,14 @@
-"""Tasks whose host died mid-run, finished in the same run by the hosts still running it.
+"""luigid's side of a run: the tasks it disabled, the runs it shares work with, its cooldown, and the
+tasks whose host died mid-run, finished in the same run by the hosts still running it.
 
 luigid DISABLEs a dead worker's tasks like failed ones, but clears their `worker_running`; a real
 failure's record (`PortalTask.on_failure`) is newer (the store's clock) than `time_running` (luigid's).
 Survivors re-enable them after `[scheduler] retry_delay` and run Luigi again, `MAX_TAKEOVERS` at most.
 """
 
+import datetime
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,23 +16,72 @@ import luigi.retcodes
 import luigi.scheduler
 
 from portal_export.failures import read_failure
-from tasks import targets
+from portal_export.state import store_now
+from tasks import config, targets
 from tasks.base import PortalTask
+from tasks.day import DayExport
+from tasks.region import RegionExport
+from tasks.secrets import say
 
-from . import luigid
+from . import luigid, run_alert
 
 MAX_TAKEOVERS = 2  # per task and command: a host dying twice under the same task is not bad luck
+LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 
 
-def retry_delay() -> float:
-    """luigid's `[scheduler] retry_delay` (`make scheduler` writes its config from this one)."""
-    return float(luigi.scheduler.scheduler().retry_delay)
+def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
+    """These days' DayExport and RegionExport tasks, by Luigi task id."""
+    found: list[PortalTask] = [DayExport(d) for d in days]
+    found += [RegionExport(d, r) for d in days for r in config.regions()]
+    return {task.task_id: task for task in found}
 
 
-def quiet_codes() -> tuple[int, ...]:
-    """The codes that say only "not done here", which a takeover's rerun supersedes."""
-    codes = luigi.retcodes.retcode()
-    return (0, int(codes.not_run), int(codes.already_running))
+def reenable(url: str, days: Sequence[datetime.date]) -> None:
+    """Let the operator's new run retry tasks luigid disabled after their one failure."""
+    wanted = set(portal_tasks(days))
+    sched = luigid.remote(url)
+    for task_id in sched.task_list("DISABLED", ""):
+        if task_id in wanted:
+            sched.re_enable_task(task_id)
+            say(f"re-enabled {task_id}")
+
+
+def wait_for_other_runs(
+    url: str, days: Sequence[datetime.date], own_workers: Collection[str], pending: bool = True
+) -> bool:
+    """Wait while another run on luigid has work (running, or pending as a stakeholder) on these
+    incomplete days; True when one had. `pending=False` (a failed run): running only, since an exited
+    worker stays a stakeholder of its pending tasks until luigid prunes it."""
+    wanted = set(portal_tasks(days))
+    sched = luigid.remote(url)
+    statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
+    told = False
+    while not all_complete(days):
+        busy = [
+            task_id
+            for status in statuses
+            for task_id, task in sched.task_list(status, "").items()
+            if task_id in wanted and (status == "RUNNING" or any(w not in own_workers for w in task["workers"]))
+        ]
+        if not busy:
+            return told
+        if not told:
+            say(f"waiting for {len(busy)} task(s) of these days that another run has")
+            told = True
+        time.sleep(0.5)
+    return told
+
+
+def all_complete(days: Sequence[datetime.date]) -> bool:
+    return set(days) <= run_alert.complete_days(days)
+
+
+def settle_done_cooldown(done_at: float) -> None:
+    """A task made incomplete on purpose waits out luigid's stable_done_cooldown_secs (the store's clock)."""
+    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
+    if wait > 0:
+        say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")
+        time.sleep(wait)
 
 
 def died_with_worker(task: Mapping[str, Any], portal_task: PortalTask) -> bool:
@@ -49,7 +100,8 @@ class Takeover:
     url: str
     tasks: Mapping[str, PortalTask]
     say: Callable[[str], None]
-    delay_s: float = field(default_factory=retry_delay)
+    # luigid's [scheduler] retry_delay: `make scheduler` writes its config from this one
+    delay_s: float = field(default_factory=lambda: float(luigi.scheduler.scheduler().retry_delay))
     seen: dict[str, float] = field(default_factory=dict)  # task id -> when this host first saw it orphaned
     taken: dict[str, int] = field(default_factory=dict)  # task id -> takeovers so far
 
@@ -83,12 +135,14 @@ class Takeover:
     ) -> int:
         """After this host's run ended with `code`: take over what died and rerun until nothing is left;
         `settle(failed)` waits for other runs' tasks of these days. The last code, or an earlier failure's."""
+        codes = luigi.retcodes.retcode()
+        quiet = (0, int(codes.not_run), int(codes.already_running))  # "not done here", which a rerun supersedes
         while not done():
-            settle(code not in quiet_codes())
+            settle(code not in quiet)
             orphans = self.orphans()
             if not orphans:
                 break
             self.revive(orphans)
             again = rerun()
-            code = again if code in quiet_codes() else max(code, again)
+            code = again if code in quiet else max(code, again)
         return code
