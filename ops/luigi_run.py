@@ -7,8 +7,6 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import luigi
-import luigi.execution_summary
-import luigi.interface
 import luigi.retcodes
 import luigi.rpc
 import luigi.scheduler
@@ -19,7 +17,7 @@ from tasks.process import helpers_die_with_worker
 from . import stopping
 
 log = logging.getLogger(__name__)
-Status = luigi.execution_summary.LuigiStatusCode
+Status = luigi.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
@@ -72,21 +70,16 @@ class WorkerSchedulerFactory:
 
 
 def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
-    """The [retcode] of a run's status: the largest of its kinds of trouble's, as `luigi` chooses."""
-    kinds: dict[str, tuple[int, ...]] = {
-        "SUCCESS": (),
-        "SUCCESS_WITH_RETRY": (),
-        "FAILED": (codes.task_failed,),
-        "FAILED_AND_SCHEDULING_FAILED": (codes.task_failed, codes.scheduling_error),
-        "SCHEDULING_FAILED": (codes.scheduling_error,),
-        "NOT_RUN": (codes.not_run,),
-        "MISSING_EXT": (codes.missing_data,),
+    """The [retcode] of a run's status: the largest of its kinds of trouble's, as `luigi` chooses; for a
+    status a later Luigi adds, its smiley says whether the run succeeded."""
+    kinds = {
+        "FAILED": codes.task_failed,
+        "FAILED_AND_SCHEDULING_FAILED": max(codes.task_failed, codes.scheduling_error),
+        "SCHEDULING_FAILED": codes.scheduling_error,
+        "NOT_RUN": codes.not_run,
+        "MISSING_EXT": codes.missing_data,
     }
-    if status.name in kinds:
-        return max(kinds[status.name], default=0)
-    # A status a later Luigi adds: its smiley says whether the run succeeded.
-    smiley: str = status.value[0]
-    return 0 if smiley == ":)" else int(codes.task_failed)
+    return int(kinds.get(status.name, 0 if status.value[0] == ":)" else codes.task_failed))
 
 
 def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:

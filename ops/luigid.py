@@ -54,7 +54,7 @@ def luigid_config(
     cfg["resources"].update({name: str(amount) for name, amount in (resources or {}).items()})
     cfg["scheduler"].setdefault("metrics_collector", "custom")
     # luigid's /metrics: Luigi's task metrics and the data dir's portal_export_* (docs/monitoring.md), from [portal]
-    cfg["scheduler"].setdefault("metrics_custom_import", "ops.luigid_metrics.LuigidMetrics")
+    cfg["scheduler"].setdefault("metrics_custom_import", "ops.metrics_server.LuigidMetrics")
     portal = config.portal()
     cfg["portal"] = {
         "data_dir": data_dir(),

@@ -1,6 +1,6 @@
-"""`make metrics-server`, and the collector luigid's `/metrics` shares (`ops/luigid_metrics.py`):
-`portal_export.metrics` of the data dir at scrape time, as `prometheus_client` families. A scrape
-that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store.
+"""`make metrics-server`, and luigid's `/metrics` (its `metrics_custom_import`, ops/luigid.py): Luigi's task
+metrics and `portal_export.metrics` of the data dir at scrape time, as `prometheus_client` families. A
+scrape that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store.
 """
 
 import logging
@@ -8,11 +8,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
+from luigi.contrib.prometheus_metric import PrometheusMetricsCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_wsgi_server
 from prometheus_client.registry import Collector, CollectorRegistry
 
+import tasks
 from portal_export.errors import ExportError
 from portal_export.metrics import PREFIX, Metrics, Settings
 from portal_export.runs import ttl_s
@@ -82,6 +85,32 @@ class PortalExportCollector(Collector):
             for labels, value in m.samples:
                 family.add_metric([labels[k] for k in sorted(labels)], value)
             yield family
+
+
+class LuigidMetrics(PrometheusMetricsCollector):
+    """luigid's collector: Luigi's task metrics and the `portal_export_*` of the data dir its `[portal]` names."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+        self.registry.register(PortalExportCollector())
+        # Counters exist at 0 from the start, so that `increase()` counts a family's first failure too
+        if self.labels == ["family"]:
+            for kind in ("started", "failed", "disabled", "done"):
+                for family in tasks.__all__:
+                    getattr(self, f"task_{kind}_counter").labels(family=family)
+
+    # Luigi 3.8.1 lacks handle_task_done's None check here: a task failed before it ran would raise
+    def handle_task_failed(self, task: Any) -> None:
+        if task.time_running is None:
+            self.task_failed_counter.labels(**self._generate_task_labels(task)).inc()  # type: ignore[no-untyped-call]
+        else:
+            super().handle_task_failed(task)  # type: ignore[no-untyped-call]
+
+    def handle_task_disabled(self, task: Any, config: Any) -> None:
+        if task.time_running is None:
+            self.task_disabled_counter.labels(**self._generate_task_labels(task)).inc()  # type: ignore[no-untyped-call]
+        else:
+            super().handle_task_disabled(task, config)  # type: ignore[no-untyped-call]
 
 
 def configured(warn: bool = True) -> Metrics:

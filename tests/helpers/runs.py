@@ -39,7 +39,7 @@ class Luigid(ForegroundLuigid):
     query it (task_list, fetch_error) and stop it (luigid writes its state file on the way out).
 
     It keeps no task history unless a test asks (`history`), and runs without coverage: what it runs
-    of ours, ops/luigid_metrics.py, tests/portal_export/test_metrics.py measures in-process. Each would about double
+    of ours, ops/metrics_server.py, tests/portal_export/test_metrics.py measures in-process. Each would about double
     luigid's CPU (SQLAlchemy's writes at every task event; coverage tracing Luigi's code)."""
 
     def __init__(self, home, extra=None, history=False):

@@ -252,7 +252,7 @@ def test_another_hosts_solves_count_while_its_run_beats_and_garbled_objects_coun
 def test_luigids_collector_counts_a_task_that_failed_before_it_ran():
     from types import SimpleNamespace
 
-    from ops.luigid_metrics import LuigidMetrics
+    from ops.metrics_server import LuigidMetrics
 
     collector = LuigidMetrics()
     never_ran = SimpleNamespace(family="RegionExport", params={}, time_running=None, updated=1.0)
