@@ -4,13 +4,13 @@ alert is sent also from a terminal: a long backfill started there is often left 
 """
 
 import contextlib
+import functools
 import html
 import logging
 import os
 import socket
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import luigi.configuration
 import luigi.notifications
@@ -21,7 +21,6 @@ from tasks import config, targets
 from tasks.secrets import say, scrub
 
 WEBHOOK_CHANNEL = "webhook (ALERT_WEBHOOK_URL)"  # named by its variable: the URL is a secret
-LUIGI_LOGGER = "luigi-interface"
 
 
 @contextlib.contextmanager
@@ -53,21 +52,17 @@ class ChannelError(Exception):
     """An alert channel did not take the message; the text names the failure, never the address."""
 
 
-def post_webhook(url: str, text: str, timeout_s: float, session: Any = None) -> int:
-    """POST {"text": ...} (Slack's shape); the HTTP status. Errors name their kind only: the URL is a secret."""
-    http = session or requests.Session()
+def post_webhook(url: str, timeout_s: float, subject: str, body: str) -> None:
+    """POST {"text": ...} (Slack's shape). Errors name their kind only: the URL is a secret."""
+    text = scrub(f"{subject}\n\n{body}" if body else subject)
     try:
-        resp = http.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)
+        resp = requests.post(url, json={"text": text}, timeout=(timeout_s, timeout_s), allow_redirects=False)
     except requests.Timeout:
         raise ChannelError(f"no answer within {timeout_s:g} s") from None
     except requests.RequestException as err:
         raise ChannelError(f"could not connect ({type(err).__name__})") from None
-    finally:
-        if session is None:
-            http.close()
     if not 200 <= resp.status_code < 300:
         raise ChannelError(f"answered HTTP {resp.status_code}")
-    return int(resp.status_code)
 
 
 def email_channel() -> str | None:
@@ -96,7 +91,7 @@ def send_email(subject: str, body: str) -> None:
             return False  # said once, as the channel's warning line
         return True
 
-    logger = logging.getLogger(LUIGI_LOGGER)
+    logger = logging.getLogger("luigi-interface")
     logger.addFilter(catch)
     try:
         with config_set("email", "force_send", "true"), luigi_smtp_config():  # also from a terminal
@@ -112,17 +107,10 @@ def send_email(subject: str, body: str) -> None:
 def channels() -> list[tuple[str, Callable[[str, str], None]]]:
     """(name, send(subject, body)) of every configured channel."""
     found: list[tuple[str, Callable[[str, str], None]]] = []
-    name = email_channel()
-    if name:
+    if name := email_channel():
         found.append((name, send_email))
-    url = os.environ.get("ALERT_WEBHOOK_URL", "").strip()
-    if url:
-        timeout = config.alerts().webhook_timeout_s
-
-        def post(subject: str, body: str) -> None:
-            post_webhook(url, scrub(f"{subject}\n\n{body}" if body else subject), timeout)
-
-        found.append((WEBHOOK_CHANNEL, post))
+    if url := os.environ.get("ALERT_WEBHOOK_URL", "").strip():
+        found.append((WEBHOOK_CHANNEL, functools.partial(post_webhook, url, config.alerts().webhook_timeout_s)))
     return found
 
 
@@ -133,14 +121,12 @@ def deliver(summary: Summary, quiet: bool = False) -> dict[str, str | None]:
     for name, send in channels():
         try:
             send(subject, body)
+            results[name] = None
         except ChannelError as err:
             results[name] = scrub(str(err))
-            if not quiet:
-                say(f"warning: alert not delivered by {name}: {results[name]}")
-        else:
-            results[name] = None
-            if not quiet:
-                say(f"alert sent by {name}")
+        if not quiet:
+            error = results[name]
+            say(f"alert sent by {name}" if error is None else f"warning: alert not delivered by {name}: {error}")
     return results
 
 

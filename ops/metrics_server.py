@@ -125,13 +125,6 @@ def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, help, value=value)
 
 
-def registry() -> CollectorRegistry:
-    """A registry of the portal_export collector alone (no process or Python metrics)."""
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(PortalExportCollector(lambda: configured(warn=False)))
-    return reg
-
-
 def parse_port(text: str) -> int:
     """METRICS_PORT: 0 (any free port) to 65535; else ValueError."""
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
@@ -143,8 +136,10 @@ def serve(port: int, bind: str, say: Callable[[str], None], stop: threading.Even
     """Serve GET /metrics on `bind`:`port` until SIGTERM or SIGINT (or `stop`); 0 then."""
     known = settings().breakers_in_use is not None  # a bad [portal] metrics_window_days: said now, not at each scrape
     targets.check_store()  # a missing bucket or refused credentials: one line, before serving
+    registry = CollectorRegistry(auto_describe=False)  # the portal_export collector alone: no process metrics
+    registry.register(PortalExportCollector(lambda: configured(warn=False)))
     try:
-        server, thread = start_wsgi_server(port, bind, registry())
+        server, thread = start_wsgi_server(port, bind, registry)
     except OSError as err:
         say(f"error: metrics-server cannot listen on {bind} port {port}: {err.strerror or err}")
         return 2
