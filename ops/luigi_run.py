@@ -79,7 +79,7 @@ def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
         "NOT_RUN": codes.not_run,
         "MISSING_EXT": codes.missing_data,
     }
-    return int(kinds.get(status.name, 0 if status.value[0] == ":)" else codes.task_failed))
+    return int(kinds.get(status.name, 0 if str(status.value[0]) == ":)" else codes.task_failed))
 
 
 def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:

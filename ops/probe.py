@@ -30,13 +30,13 @@ def describe(ready: Prepared) -> list[str]:
     for name, value in post.fields:
         shown = "<token>" if name == TOKEN_FIELD else MASK if name in post.hidden else value
         fields.append(f"{name}={shown}" + (" (added)" if name in post.added and name != TOKEN_FIELD else ""))
+    solve = " ".join(f"{k}=..." if k == "data-s" else f"{k}={v}" for k, v in widget.solve_params().items())
     lines += [
         f"pageurl:      {ready.pageurl}",
         f"sitekey:      {widget.sitekey}",
         f"widget kind:  {widget.kind}",
         f"data-s:       {'present' if widget.data_s is not None else 'absent'}",
-        f"CaptchaAI:    {' '.join(f'{k}=...' if k == 'data-s' else f'{k}={v}' for k, v in widget.solve_params().items())}"
-        f" pageurl=<the pageurl above>",
+        f"CaptchaAI:    {solve} pageurl=<the pageurl above>",
         f"form:         {post.method} {post.url}" + ("" if post.from_form else " (no <form> around the widget)"),
         f"fields:       {', '.join(fields)}",
         f"answer:       {HANDLING}",

@@ -2,11 +2,11 @@
 `portal_export.retention` (the store's state) and `ops.history` (luigid's task history).
 """
 
-import datetime
 import logging
 import os
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from portal_export import breaker, retention, store_keys
 from portal_export.retention import Kind, Policy
@@ -26,12 +26,10 @@ def keep_s() -> float:
 
 def breakers_in_use() -> set[str] | None:
     """The breaker names of the key and login configured here; None when the key is not set."""
-    key = os.environ.get("CAPTCHAAI_API_KEY", "").strip()
-    if not key:
+    if not (key := os.environ.get("CAPTCHAAI_API_KEY", "").strip()):
         return None
     names = {store_keys.breaker(breaker.fingerprint(key))}
-    login = portal_login()
-    if login is not None and login.breaker is not None:
+    if (login := portal_login()) is not None and login.breaker is not None:
         names.add(login.breaker.key)
     return names
 
@@ -52,28 +50,21 @@ def nightly() -> None:
 
 
 def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "-" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def cmd_state(say: Callable[[str], None]) -> int:
     from . import history  # SQLAlchemy: only make state and make prune read luigid's history
 
     targets.check_store()
-    keep = keep_s()
-    say(f"state of {targets.where()} (keep_state_days {keep / retention.DAY_S:g}):")
+    say(f"state of {targets.where()} (keep_state_days {keep_s() / retention.DAY_S:g}):")
     for name, tally in retention.survey(targets.store()).items():
         say(f"  {name:<16} {tally.count:>7} objects  oldest {_when(tally.oldest):<20}  {tally.size:>10} bytes")
     found = history.survey(history.db_path())
-    if found is None:
-        say(f"  {'luigid-history':<16} {0:>7} rows     oldest {'-':<20}  {0:>10} bytes ({history.db_path()}: none)")
-    else:
-        oldest = "-" if found.oldest is None else found.oldest.strftime("%Y-%m-%dT%H:%M:%S")
-        say(
-            f"  {'luigid-history':<16} {found.rows:>7} rows     oldest {oldest:<20}  {found.size:>10} bytes"
-            f" ({found.events} events, local time)"
-        )
+    note = f"{history.db_path()}: none" if found is None else f"{found.events} events, local time"
+    found = found or history.History(0, 0, None, 0)
+    oldest = "-" if found.oldest is None else found.oldest.strftime("%Y-%m-%dT%H:%M:%S")
+    say(f"  {'luigid-history':<16} {found.rows:>7} rows     oldest {oldest:<20}  {found.size:>10} bytes ({note})")
     return 0
 
 
@@ -84,7 +75,6 @@ def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
     targets.check_store()
     store = targets.store()
     rules = policy()
-    verb = "would remove" if dry_run else "removed"
     shown: dict[str, int] = {}
 
     def said(kind: Kind, gone: list[str]) -> None:
@@ -99,7 +89,7 @@ def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
     parts = [f"{n} {name}" for name, n in done.items() if n]
     parts += [f"{tasks} luigid-history task runs ({events} events)"] if events or tasks else []
     say(
-        f"prune: {verb} {', '.join(parts) if parts else 'nothing'}"
+        f"prune: {'would remove' if dry_run else 'removed'} {', '.join(parts) if parts else 'nothing'}"
         f" (older than {_when(rules.cutoff)}, keep_state_days {rules.keep_s / retention.DAY_S:g})"
         + ("; DRY_RUN: nothing removed" if dry_run else "")
     )

@@ -3,6 +3,7 @@ an authenticating proxy whose credentials the URL carries (`https://USER:PASSWOR
 as HTTP basic auth by Luigi's RPC client and the probe here.
 """
 
+import contextlib
 from urllib.parse import unquote, urlsplit
 
 import requests
@@ -49,10 +50,9 @@ def bare(url: str) -> str:
 
 def answers(url: str) -> bool:
     """Whether anything answers HTTP at `url` (a scheduler, if it is one); a TLS failure is no answer."""
-    try:
+    with contextlib.suppress(requests.exceptions.SSLError):
         return status(url) is not None
-    except requests.exceptions.SSLError:
-        return False
+    return False
 
 
 def status(url: str) -> int | None:

@@ -1,13 +1,12 @@
 """A run that ends promptly on SIGTERM or Ctrl-C, also while luigid does not answer.
 
 Both raise `Stopped` (a KeyboardInterrupt: Luigi's worker ends its task processes), whose `finally`
-blocks release the run's in-flight marks, heartbeat and cap. Made prompt and reliable here:
-- after the signal, `RemoteScheduler` makes no further RPC attempt (Luigi's retry 3 times, 30 s apart);
-- a forked task process ends at once and quietly, unwinding its solve first within its task's run
-  (tasks/process.py), never into its worker's code;
-- Python drops exceptions raised in fork hooks and `__del__`, and Luigi's local scheduler swallows
-  them where it records history: the signal is sent again every tenth of a second until the run is
-  seen to stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged.
+blocks release the run's in-flight marks, heartbeat and cap. After the signal `RemoteScheduler` makes
+no further RPC attempt (Luigi's retry 3 times, 30 s apart); a forked task process ends at once and
+quietly, unwinding its solve first within its task's run (tasks/process.py), never into its worker's
+code. Python drops exceptions raised in fork hooks and `__del__`, and Luigi's local scheduler swallows
+them where it records history: the signal comes again every tenth of a second until the run is seen to
+stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged.
 """
 
 import contextlib
@@ -34,7 +33,6 @@ TASKS_END_WITHIN_S = 2.0  # a stopped task process unwinds its solve in millisec
 
 _pinging = threading.local()  # the keep-alive thread's ping is under way
 _silent = threading.Event()  # luigid left an RPC made after the stop unanswered
-
 _requested = threading.Event()
 _seen = threading.Event()  # the run caught its Stopped: no more signals are sent again
 _signum: int = signal.SIGINT
@@ -73,12 +71,8 @@ def _in_forked_child() -> None:
     _forking.clear()
     for signum in SIGNALS:
         if signal.getsignal(signum) is _handle:
-            signal.signal(signum, _end_quietly)
-
-
-def _end_quietly(signum: int, frame: FrameType | None) -> None:
-    """A forked process's stop outside its task's run: it ends as one within it (tasks/process.py)."""
-    end_quietly()
+            # a forked process's stop outside its task's run: it ends as one within it (tasks/process.py)
+            signal.signal(signum, lambda signum, frame: end_quietly())
 
 
 # Registered after logging's (imported first): its "before" runs before theirs, its "after" after.
