@@ -1,7 +1,6 @@
 """Where alerts go: e-mail through Luigi's own sender ([email], [smtp] as Luigi documents them;
 `format = none` or no receiver turns it off), and a webhook; `make alert-test`. Unlike Luigi's, an
-alert is sent also from a terminal: a long backfill started there is often left alone.
-"""
+alert is sent also from a terminal: a long backfill started there is often left alone."""
 
 import contextlib
 import functools

@@ -1,8 +1,6 @@
-"""luigid's task history of `make scheduler` (var/luigid/history.db), kept `keep_state_days`.
-
-Events (`ts` in local time, as Luigi writes them) older than the cutoff go, then the task runs left
-with none, with their parameters: in batches of short transactions, so luigid waits one at most.
-"""
+"""luigid's task history of `make scheduler` (var/luigid/history.db), kept `keep_state_days`: events
+(`ts` in local time, as Luigi writes them) older than the cutoff go, then the task runs left with none,
+with their parameters, in batches of short transactions, so luigid waits one at most."""
 
 import contextlib
 import datetime

@@ -21,10 +21,9 @@ Status = luigi.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
-    """Luigi's worker, whose way out ends its task processes first and waits for them a little: its
-    keep-alive thread's ping in flight (from a slow or frozen luigid) would let them poll on, and a
-    task process still unwinding when the worker exits is killed with it (tasks/process.py), its
-    in-flight mark left behind. (`_running_tasks` is the 3.8.1 internal Luigi's own `__exit__` reads.)"""
+    """Luigi's worker, whose way out ends its task processes first and waits for them a little: its keep-alive
+    thread's ping in flight (a slow or frozen luigid) would let them poll on, and one still unwinding as the worker
+    exits dies with it (tasks/process.py), its in-flight mark left. (`_running_tasks`: 3.8.1's, read by `__exit__`.)"""
 
     def __exit__(self, *exc: Any) -> Any:
         running = [task for task in self._running_tasks.values() if task.is_alive()]
@@ -41,18 +40,16 @@ class WorkerSchedulerFactory:
 
     def __init__(
         self,
-        on_local: Callable[[luigi.scheduler.Scheduler], None] | None = None,
-        on_worker: Callable[[luigi.worker.Worker, int], None] | None = None,
+        on_local: Callable[[luigi.scheduler.Scheduler], None] = lambda scheduler: None,
+        on_worker: Callable[[luigi.worker.Worker, int], None] = lambda worker, processes: None,
         **settings: object,
     ) -> None:
         self.on_local, self.on_worker, self.settings = on_local, on_worker, settings
-        # the ids of the workers it made: with their salt, never another host's
-        self.own_workers: set[str] = set()
+        self.own_workers: set[str] = set()  # the ids of the workers it made: with their salt, never another host's
 
     def create_local_scheduler(self) -> luigi.scheduler.Scheduler:
         scheduler = luigi.scheduler.Scheduler(prune_on_get_work=True, record_task_history=False)
-        if self.on_local is not None:
-            self.on_local(scheduler)
+        self.on_local(scheduler)
         return scheduler
 
     def create_remote_scheduler(self, url: str) -> luigi.rpc.RemoteScheduler:
@@ -64,8 +61,7 @@ class WorkerSchedulerFactory:
                 scheduler=scheduler, worker_processes=worker_processes, assistant=assistant, **self.settings
             )
         self.own_workers.add(str(worker._id))
-        if self.on_worker is not None:
-            self.on_worker(worker, int(worker_processes))
+        self.on_worker(worker, int(worker_processes))
         return worker
 
 

@@ -1,7 +1,6 @@
 """`make metrics-server`, and luigid's `/metrics` (its `metrics_custom_import`, ops/luigid.py): Luigi's task
 metrics and `portal_export.metrics` of the data dir at scrape time, as `prometheus_client` families. A
-scrape that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store.
-"""
+scrape that cannot read the store still answers `portal_export_store_up 0`, so an alert names the store."""
 
 import logging
 import signal

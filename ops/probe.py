@@ -1,6 +1,5 @@
 """`make probe DAY=... [REGION=...]`: the operator's first look at a portal, sending nothing to CaptchaAI:
-the export page loaded as an export would, and what it would solve and post (hidden values masked).
-"""
+the export page loaded as an export would, and what it would solve and post (hidden values masked)."""
 
 import argparse
 import datetime

@@ -1,6 +1,5 @@
 """`make state`, `make prune [DRY_RUN=1]`, and every run's share of pruning: the configuration for
-`portal_export.retention` (the store's state) and `ops.history` (luigid's task history).
-"""
+`portal_export.retention` (the store's state) and `ops.history` (luigid's task history)."""
 
 import logging
 import os

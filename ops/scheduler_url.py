@@ -1,7 +1,6 @@
 """LUIGI_SCHEDULER_URL: checked, shown without its password, and probed. On a network luigid sits behind
 an authenticating proxy whose credentials the URL carries (`https://USER:PASSWORD@HOST:PORT`), sent
-as HTTP basic auth by Luigi's RPC client and the probe here.
-"""
+as HTTP basic auth by Luigi's RPC client and the probe here."""
 
 import contextlib
 from urllib.parse import unquote, urlsplit

@@ -6,8 +6,7 @@ no further RPC attempt (Luigi's retry 3 times, 30 s apart); a forked task proces
 quietly, unwinding its solve first within its task's run (tasks/process.py), never into its worker's
 code. Python drops exceptions raised in fork hooks and `__del__`, and Luigi's local scheduler swallows
 them where it records history: the signal comes again every tenth of a second until the run is seen to
-stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged.
-"""
+stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged."""
 
 import contextlib
 import logging

@@ -1,15 +1,13 @@
 """luigid's side of a run: the tasks it disabled, the runs it shares work with, its cooldown, and the
-tasks whose host died mid-run, finished in the same run by the hosts still running it.
+tasks whose host died mid-run, finished in the same run by the hosts still running it. luigid DISABLEs
+a dead worker's tasks like failed ones, but clears their `worker_running`; a real failure's record
+(`PortalTask.on_failure`) is newer (the store's clock) than `time_running` (luigid's). Survivors
+re-enable them after `[scheduler] retry_delay` and run Luigi again, `MAX_TAKEOVERS` at most."""
 
-luigid DISABLEs a dead worker's tasks like failed ones, but clears their `worker_running`; a real
-failure's record (`PortalTask.on_failure`) is newer (the store's clock) than `time_running` (luigid's).
-Survivors re-enable them after `[scheduler] retry_delay` and run Luigi again, `MAX_TAKEOVERS` at most.
-"""
-
-import datetime
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 import luigi.retcodes
@@ -29,14 +27,14 @@ MAX_TAKEOVERS = 2  # per task and command: a host dying twice under the same tas
 LUIGID_DONE_COOLDOWN_S = 10  # luigid's [scheduler] stable_done_cooldown_secs, left at its default
 
 
-def portal_tasks(days: Sequence[datetime.date]) -> dict[str, PortalTask]:
+def portal_tasks(days: Sequence[date]) -> dict[str, PortalTask]:
     """These days' DayExport and RegionExport tasks, by Luigi task id."""
     found: list[PortalTask] = [DayExport(d) for d in days]
     found += [RegionExport(d, r) for d in days for r in config.regions()]
     return {task.task_id: task for task in found}
 
 
-def reenable(url: str, days: Sequence[datetime.date]) -> None:
+def reenable(url: str, days: Sequence[date]) -> None:
     """Let the operator's new run retry tasks luigid disabled after their one failure."""
     wanted = set(portal_tasks(days))
     sched = luigid.remote(url)
@@ -46,9 +44,7 @@ def reenable(url: str, days: Sequence[datetime.date]) -> None:
             say(f"re-enabled {task_id}")
 
 
-def wait_for_other_runs(
-    url: str, days: Sequence[datetime.date], own_workers: Collection[str], pending: bool = True
-) -> bool:
+def wait_for_other_runs(url: str, days: Sequence[date], own_workers: Collection[str], pending: bool = True) -> bool:
     """Wait while another run on luigid has work (running, or pending as a stakeholder) on these
     incomplete days; True when one had. `pending=False` (a failed run): running only, since an exited
     worker stays a stakeholder of its pending tasks until luigid prunes it."""
@@ -72,7 +68,7 @@ def wait_for_other_runs(
     return told
 
 
-def all_complete(days: Sequence[datetime.date]) -> bool:
+def all_complete(days: Sequence[date]) -> bool:
     return set(days) <= run_alert.complete_days(days)
 
 
