@@ -3,7 +3,6 @@ the export page loaded as an export would, and what it would solve and post (hid
 
 import argparse
 import datetime
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +12,7 @@ from portal_export.portal import HANDLING, Prepared, prepare
 from portal_export.portal.session import TOKEN_FIELD
 from tasks import config
 from tasks.login import portal_login
-from tasks.secrets import MASK
+from tasks.secrets import MASK, say
 
 NO_WIDGET, NO_FORM = 1, 1
 
@@ -58,18 +57,14 @@ def cmd_probe(args: argparse.Namespace, parse_day: Callable[[str, str], datetime
     print("\n".join(describe(ready)), flush=True)
     if ready.widget is None:
         frames = f" nor in its {len(ready.page.frames)} frame(s) of the portal" if ready.page.frames else ""
-        print(
+        say(
             f"error: no reCAPTCHA widget (data-sitekey, anchor iframe or grecaptcha.render) on {ready.page.url}"
             f"{frames}; page title {ready.page.title or 'untitled'!r}"
-            + ("; it is a login form: set PORTAL_USERNAME and PORTAL_PASSWORD" if ready.page.login_form else ""),
-            file=sys.stderr,
+            + ("; it is a login form: set PORTAL_USERNAME and PORTAL_PASSWORD" if ready.page.login_form else "")
         )
         return NO_WIDGET
     if ready.post is not None and not ready.post.from_form:
-        print(
-            f"error: no <form> around the widget on {ready.pageurl}: an export would make the simple post above",
-            file=sys.stderr,
-        )
+        say(f"error: no <form> around the widget on {ready.pageurl}: an export would make the simple post above")
         return NO_FORM
     return 0
 
