@@ -66,15 +66,13 @@ def prune(path: Path, cutoff: datetime.datetime, delete: bool = True, batch: int
     with _events(path) as engine:
         if engine is None:
             return 0, 0
-        return _delete(engine, cutoff, batch) if delete else _count(engine, cutoff)
-
-
-def _count(engine: sqlalchemy.engine.Engine, cutoff: datetime.datetime) -> tuple[int, int]:
-    with engine.connect() as conn:
-        events = conn.execute(select(func.count()).where(TaskEvent.ts < cutoff)).scalar()
-        # a task run goes once its newest event is older than the cutoff
-        newest = select(TaskEvent.task_id).group_by(TaskEvent.task_id).having(func.max(TaskEvent.ts) < cutoff)
-        tasks = conn.execute(select(func.count()).select_from(newest.subquery())).scalar()
+        if delete:
+            return _delete(engine, cutoff, batch)
+        with engine.connect() as conn:
+            events = conn.execute(select(func.count()).where(TaskEvent.ts < cutoff)).scalar()
+            # a task run goes once its newest event is older than the cutoff
+            newest = select(TaskEvent.task_id).group_by(TaskEvent.task_id).having(func.max(TaskEvent.ts) < cutoff)
+            tasks = conn.execute(select(func.count()).select_from(newest.subquery())).scalar()
     return int(events or 0), int(tasks or 0)
 
 

@@ -17,7 +17,6 @@ from tasks.process import helpers_die_with_worker
 from . import stopping
 
 log = logging.getLogger(__name__)
-Status = luigi.LuigiStatusCode
 
 
 class Worker(luigi.worker.Worker):
@@ -65,7 +64,7 @@ class WorkerSchedulerFactory:
         return worker
 
 
-def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
+def status_code(status: luigi.LuigiStatusCode, codes: luigi.retcodes.retcode) -> int:
     """The [retcode] of a run's status: the largest of its kinds of trouble's, as `luigi` chooses; for a
     status a later Luigi adds, its smiley says whether the run succeeded."""
     kinds = {
@@ -78,7 +77,7 @@ def status_code(status: Status, codes: luigi.retcodes.retcode) -> int:
     return int(kinds.get(status.name, 0 if str(status.value[0]) == ":)" else codes.task_failed))
 
 
-def exit_code(status: Status, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:
+def exit_code(status: luigi.LuigiStatusCode, roots_complete: bool, codes: luigi.retcodes.retcode) -> int:
     """The status's [retcode], or `not_run` when nothing went wrong yet the tasks are not complete."""
     code = status_code(status, codes)
     return codes.not_run if code == 0 and not roots_complete else code

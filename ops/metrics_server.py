@@ -73,10 +73,9 @@ class PortalExportCollector(Collector):
                 found, up = [], 0
             else:
                 up = 1
+            elapsed = time.monotonic() - started
             yield gauge("store_up", "1 when the last scrape read the data dir, 0 when its store failed.", up)
-            yield gauge(
-                "scrape_duration_seconds", "What reading the data dir took for this scrape.", time.monotonic() - started
-            )
+            yield gauge("scrape_duration_seconds", "What reading the data dir took for this scrape.", elapsed)
         for m in found:
             family = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(
                 m.name, m.help, labels=sorted({k for labels, _ in m.samples for k in labels})

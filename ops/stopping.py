@@ -33,6 +33,7 @@ TASKS_END_WITHIN_S = 2.0  # a stopped task process unwinds its solve in millisec
 _pinging = threading.local()  # the keep-alive thread's ping is under way
 _silent = threading.Event()  # luigid left an RPC made after the stop unanswered
 _requested = threading.Event()
+requested = _requested.is_set
 _seen = threading.Event()  # the run caught its Stopped: no more signals are sent again
 _signum: int = signal.SIGINT
 _forking = threading.Event()  # between the fork hooks: an exception raised there is dropped
@@ -82,10 +83,6 @@ def _not_a_stop(record: logging.LogRecord) -> bool:
     """False for a record of a Stopped: its traceback's last line (text by now) names it."""
     last = (record.exc_text or "").rsplit("\n", 1)[-1]
     return not last.startswith(f"{Stopped.__module__}.{Stopped.__qualname__}:")
-
-
-def requested() -> bool:
-    return _requested.is_set()
 
 
 def seen(stop: KeyboardInterrupt) -> int:
