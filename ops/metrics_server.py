@@ -67,12 +67,10 @@ class PortalExportCollector(Collector):
             try:
                 if self._metrics is None:
                     self._metrics = self._make()
-                found = self._metrics.collect()
+                found, up = self._metrics.collect(), 1
             except (ExportError, OSError, ValueError) as err:  # StoreError, config.ConfigError among them
                 log.warning("metrics: the data dir could not be read: %s", err)
                 found, up = [], 0
-            else:
-                up = 1
             elapsed = time.monotonic() - started
             yield gauge("store_up", "1 when the last scrape read the data dir, 0 when its store failed.", up)
             yield gauge("scrape_duration_seconds", "What reading the data dir took for this scrape.", elapsed)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from portal_export import breaker, retention, store_keys
-from portal_export.retention import Kind, Policy
 from tasks import config, targets
 from tasks.login import portal_login
 
@@ -33,8 +32,8 @@ def breakers_in_use() -> set[str] | None:
     return names
 
 
-def policy() -> Policy:
-    return Policy(time.time(), keep_s(), retention.live_runs(targets.store()), breakers_in_use())
+def policy() -> retention.Policy:
+    return retention.Policy(time.time(), keep_s(), retention.live_runs(targets.store()), breakers_in_use())
 
 
 def nightly() -> None:
@@ -76,15 +75,14 @@ def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
     rules = policy()
     shown: dict[str, int] = {}
 
-    def said(kind: Kind, gone: list[str]) -> None:
+    def said(kind: retention.Kind, gone: list[str]) -> None:
         """DRY_RUN: the first SHOWN of each kind by name (a year of state is thousands)."""
         for key in gone[: max(0, SHOWN - shown.get(kind.name, 0))] if dry_run else ():
             say(f"  would remove {store.location(key)}")
         shown[kind.name] = shown.get(kind.name, 0) + len(gone)
 
     done = retention.prune_all(store, rules, delete=not dry_run, say=said)
-    cutoff = history.cutoff_of(rules.keep_s, rules.now)
-    events, tasks = history.prune(history.db_path(), cutoff, delete=not dry_run)
+    events, tasks = history.prune(history.db_path(), history.cutoff_of(rules.keep_s, rules.now), delete=not dry_run)
     parts = [f"{n} {name}" for name, n in done.items() if n]
     parts += [f"{tasks} luigid-history task runs ({events} events)"] if events or tasks else []
     say(

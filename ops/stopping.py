@@ -1,12 +1,11 @@
 """A run that ends promptly on SIGTERM or Ctrl-C, also while luigid does not answer.
 
-Both raise `Stopped` (a KeyboardInterrupt: Luigi's worker ends its task processes), whose `finally`
-blocks release the run's in-flight marks, heartbeat and cap. After the signal `RemoteScheduler` makes
-no further RPC attempt (Luigi's retry 3 times, 30 s apart); a forked task process ends at once and
-quietly, unwinding its solve first within its task's run (tasks/process.py), never into its worker's
-code. Python drops exceptions raised in fork hooks and `__del__`, and Luigi's local scheduler swallows
-them where it records history: the signal comes again every tenth of a second until the run is seen to
-stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged."""
+Both raise `Stopped` (a KeyboardInterrupt: Luigi's worker ends its task processes), whose `finally` blocks release the
+run's in-flight marks, heartbeat and cap. After the signal `RemoteScheduler` makes no further RPC attempt (Luigi's retry
+3 times, 30 s apart); a forked task process ends at once and quietly, unwinding its solve first within its task's run
+(tasks/process.py), never into its worker's code. Python drops exceptions raised in fork hooks and `__del__`, and
+Luigi's local scheduler swallows them where it records history: the signal comes again every tenth of a second until the
+run is seen to stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged."""
 
 import contextlib
 import logging
@@ -53,9 +52,7 @@ def handled(wanted: bool = True) -> Iterator[None]:
     if not wanted:
         yield
         return
-    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    for signum in SIGNALS:
-        signal.signal(signum, _handle)
+    before = {signum: signal.signal(signum, _handle) for signum in SIGNALS}
     scheduler_log = logging.getLogger("luigi.scheduler")
     scheduler_log.addFilter(_not_a_stop)
     try:

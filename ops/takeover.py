@@ -15,10 +15,8 @@ import luigi.scheduler
 
 from portal_export.failures import read_failure
 from portal_export.state import store_now
-from tasks import config, targets
+from tasks import DayExport, RegionExport, config, targets
 from tasks.base import PortalTask
-from tasks.day import DayExport
-from tasks.region import RegionExport
 from tasks.secrets import say
 
 from . import luigid, run_alert
@@ -101,18 +99,17 @@ class Takeover:
     seen: dict[str, float] = field(default_factory=dict)  # task id -> when this host first saw it orphaned
     taken: dict[str, int] = field(default_factory=dict)  # task id -> takeovers so far
 
-    def orphans(self) -> list[str]:
-        """This command's DISABLED tasks that died with their worker and may still be taken over."""
-        found = []
+    def revive(self) -> bool:
+        """Re-enable this command's DISABLED tasks that died with their worker and may still be taken over,
+        retry_delay after each was first seen; False when there is none."""
+        orphans = []
         for task_id, task in luigid.remote(self.url).task_list("DISABLED", "").items():
             wanted = task_id in self.tasks and self.taken.get(task_id, 0) < MAX_TAKEOVERS
             if wanted and died_with_worker(task, self.tasks[task_id]):
-                found.append(task_id)
+                orphans.append(task_id)
                 self.seen.setdefault(task_id, time.monotonic())
-        return sorted(found)
-
-    def revive(self, orphans: list[str]) -> None:
-        """Wait out retry_delay since each was first seen, then re-enable those still orphaned."""
+        if not orphans:
+            return False
         wait = max(self.seen[t] for t in orphans) + self.delay_s - time.monotonic()
         if wait > 0:
             self.say(
@@ -121,10 +118,11 @@ class Takeover:
             )
             time.sleep(wait)
         remote = luigid.remote(self.url)
-        for task_id in orphans:
+        for task_id in sorted(orphans):
             if remote.re_enable_task(task_id):  # empty when another host re-enabled it first
                 self.say(f"takeover: re-enabled {self.tasks[task_id]}, whose host died while running it")
             self.taken[task_id] = self.taken.get(task_id, 0) + 1
+        return True
 
     def run(
         self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
@@ -135,10 +133,8 @@ class Takeover:
         quiet = (0, int(codes.not_run), int(codes.already_running))  # "not done here", which a rerun supersedes
         while not done():
             settle(code not in quiet)
-            orphans = self.orphans()
-            if not orphans:
+            if not self.revive():
                 break
-            self.revive(orphans)
             again = rerun()
             code = again if code in quiet else max(code, again)
         return code
