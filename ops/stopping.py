@@ -102,11 +102,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 def _unwinding() -> bool:
     """Whether a KeyboardInterrupt is being handled here (or is the context of the one that is)."""
     exc = sys.exc_info()[1]
-    while exc is not None:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
+    while exc is not None and not isinstance(exc, KeyboardInterrupt):
         exc = exc.__context__
-    return False
+    return exc is not None
 
 
 def _again() -> None:
