@@ -69,13 +69,15 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
-def missing_as(call: Callable[[], T], missing: Callable[[], T | None] = lambda: None) -> T | None:
-    """What `call` returns; `missing()` when the store answers that the object is not there."""
+def answer_or(
+    call: Callable[[], T], otherwise: Callable[[], T | None] = lambda: None, codes: Any = MISSING
+) -> T | None:
+    """What `call` returns; `otherwise()` when the store answers one of `codes` (by default: no such object)."""
     try:
         return call()
     except botocore.exceptions.ClientError as err:
-        if error_code(err) in MISSING:
-            return missing()
+        if error_code(err) in codes:
+            return otherwise()
         raise
 
 
@@ -95,7 +97,7 @@ class ObjectClient(luigi.contrib.s3.S3Client):
     def exists(self, path: str) -> bool:
         bucket, key = self._path_to_bucket_and_key(path)  # type: ignore[no-untyped-call]
         head = lambda: self.api.head_object(Bucket=bucket, Key=key)  # noqa: E731
-        return bool(self.retry(lambda: missing_as(head, bool), f"checking {path}"))
+        return bool(self.retry(lambda: answer_or(head, bool), f"checking {path}"))
 
 
 class S3Store:
@@ -108,17 +110,6 @@ class S3Store:
         self.retry_s = retry_s
         self.client = client or ObjectClient(retry=self._retry)
         _stores.add(self)
-
-    def forget_connections(self) -> None:
-        resource = self.client._s3
-        if resource is None:
-            return
-        # botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones
-        # are left untouched (not closed): a parent's thread may have held their lock at the fork.
-        http = resource.meta.client._endpoint.http_session
-        http._proxy_managers = {}
-        http._manager = PoolManager(**http._get_pool_manager_kwargs())
-        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
@@ -147,9 +138,8 @@ class S3Store:
         """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
         started = time.monotonic()
 
-        def warn(state: tenacity.RetryCallState) -> None:
-            err = state.outcome.exception() if state.outcome is not None else None
-            if state.attempt_number == 1 and err is not None:
+        def warn(state: tenacity.RetryCallState) -> None:  # called only after an outage, which it names once
+            if state.attempt_number == 1 and state.outcome and (err := state.outcome.exception()):
                 waiting = f"waiting up to {self.retry_s:.0f} s for it to answer ({type(err).__name__})"
                 log.warning("%s: %s", self.error(err, what), waiting)
 
@@ -176,7 +166,7 @@ class S3Store:
 
     def read(self, key: str) -> bytes | None:
         get = lambda: bytes(self._object("get_object", key)["Body"].read())  # noqa: E731
-        return self._retry(lambda: missing_as(get), f"reading {key}")
+        return self._retry(lambda: answer_or(get), f"reading {key}")
 
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
@@ -184,28 +174,20 @@ class S3Store:
     def body(self, key: str, start: int = 0) -> Any:
         extra = {"Range": f"bytes={start}-"} if start else {}
         get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
-        if (body := self._retry(lambda: missing_as(get), f"reading {key}")) is None:
+        if (body := self._retry(lambda: answer_or(get), f"reading {key}")) is None:
             raise FileNotFoundError(f"store {self.url}: no object {key}")
         return body
 
     def create(self, key: str, data: bytes) -> bool:
-        def put() -> bool:
-            try:
-                self._object("put_object", key, Body=data, IfNoneMatch="*")
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in ("PreconditionFailed", "412"):
-                    return False
-                raise
-            return True
-
-        return self._retry(put, f"creating {key}")
+        put = lambda: self._object("put_object", key, Body=data, IfNoneMatch="*") is not None  # noqa: E731
+        return bool(self._retry(lambda: answer_or(put, bool, ("PreconditionFailed", "412")), f"creating {key}"))
 
     def exists(self, key: str) -> bool:
         return self.client.exists(self.location(key))
 
     def modified(self, key: str) -> float | None:
         head = lambda: self._object("head_object", key)["LastModified"].timestamp()  # noqa: E731
-        return self._retry(lambda: missing_as(head), f"checking {key}")
+        return self._retry(lambda: answer_or(head), f"checking {key}")
 
     def delete(self, key: str) -> None:
         self._retry(lambda: self._object("delete_object", key), f"deleting {key}")
@@ -213,31 +195,31 @@ class S3Store:
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         return [entry.key for entry in self.entries(prefix, start_after)]
 
+    def _pages(self, prefix: str, **args: Any) -> Any:  # ListObjectsV2's pages below `prefix`
+        return self.client.api.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + prefix, **args
+        )
+
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
-        if start_after:
-            args["StartAfter"] = self.prefix + start_after
+        args: dict[str, Any] = {"StartAfter": self.prefix + start_after} if start_after else {}
         if limit is not None:  # no more pages than the limit needs
             args["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
 
         def found() -> Entries:
             return [
                 Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
-                for page in self.client.api.get_paginator("list_objects_v2").paginate(**args)
+                for page in self._pages(prefix, **args)
                 for obj in page.get("Contents", ())
             ]
 
         return sorted(self._retry(found, f"listing {prefix or '/'}"))
 
     def written(self, prefix: str) -> tuple[dict[str, float], float]:
-        """Each object's LastModified and the store's time now: the Date of the listing's answer (whole
-        seconds; never before an object it lists)."""
+        """Each object's LastModified, and the store's time now: the listing's Date (whole seconds, none before it)."""
 
         def times() -> tuple[dict[str, float], float]:
             found, now = {}, 0.0
-            for page in self.client.api.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            ):
+            for page in self._pages(prefix):
                 for obj in page.get("Contents", ()):
                     found[obj["Key"][len(self.prefix) :]] = obj["LastModified"].timestamp()
                 date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
@@ -248,8 +230,7 @@ class S3Store:
         return self._retry(times, f"listing {prefix or '/'}")
 
     def check(self) -> None:
-        """Before a run's first request: the bucket is there and takes the credentials (one listing, not
-        retried: an endpoint that is not there fails in seconds)."""
+        """Before a run: the bucket is there and takes the credentials (one listing, not retried: fails in seconds)."""
         try:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
@@ -257,8 +238,7 @@ class S3Store:
 
 
 class ObjectReader(io.RawIOBase):
-    """An object read as a stream; an outage while reading resumes where it broke off (a ranged GET),
-    within the store's retry bound."""
+    """An object as a stream; an outage while reading resumes where it broke off (a ranged GET), within retry_s."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key, self.offset = store, key, 0
@@ -302,9 +282,9 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         if exc_type is None:
             self.close()
-            return
-        io.BufferedWriter.close(self)  # the spooled bytes go with the file, unsent
-        self.spooled.close()
+        else:  # the spooled bytes go with the file, unsent
+            io.BufferedWriter.close(self)
+            self.spooled.close()
 
     def close(self) -> None:
         if self.closed:
@@ -332,9 +312,13 @@ class ObjectTarget(luigi.contrib.s3.S3Target):
         raise ValueError(f"mode must be 'r' or 'w' (got {mode!r})")
 
 
-def _after_fork_in_child() -> None:
-    for store in list(_stores):
-        store.forget_connections()
+def _forget_connections() -> None:
+    """botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones are left
+    untouched (not closed): a parent's thread may have held their lock at the fork."""
+    for http in [s.client._s3.meta.client._endpoint.http_session for s in list(_stores) if s.client._s3]:
+        http._proxy_managers = {}
+        http._manager = PoolManager(**http._get_pool_manager_kwargs())
+        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_forget_connections)

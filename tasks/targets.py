@@ -80,9 +80,9 @@ class HiddenAtomicFile(luigi.local_target.atomic_file):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         if exc_type is None:
             self.close()
-            return
-        io.BufferedWriter.close(self)  # an exception inside `with`: no file, no temporary file
-        os.unlink(self.tmp_path)
+        else:  # an exception inside `with`: no file, no temporary file
+            io.BufferedWriter.close(self)
+            os.unlink(self.tmp_path)
 
 
 class DataFile(luigi.LocalTarget):
