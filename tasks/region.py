@@ -7,7 +7,6 @@ import luigi
 
 from portal_export import store_keys
 from portal_export.breaker import KeyBreaker
-from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
 from portal_export.gate import Gate, Waiting
 from portal_export.region_file import Spool
@@ -21,18 +20,11 @@ log = logging.getLogger(__name__)
 
 
 def make_solver() -> CaptchaAI:
-    cfg = config.captchaai()
-    key = config.api_key()
+    cfg, key, store = config.captchaai(), config.api_key(), targets.store()
     # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
-    gate = Gate(
-        targets.store(),
-        configured=config.configured_cap(),
-        plan_every_s=cfg.plan_every_s,
-        follows_plan=cfg.follow_plan,
-        caplog=CapLog(targets.store()),
-    )
+    gate = Gate(store, configured=config.configured_cap(), plan_every_s=cfg.plan_every_s, follows_plan=cfg.follow_plan)
     timing = {name: getattr(cfg, name) for name in ("timeout_s", "first_poll_s", "poll_every_s", "http_timeout_s")}
-    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(targets.store(), key), gate=gate)
+    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(store, key), gate=gate)
 
 
 class RegionParameter(luigi.Parameter):
@@ -68,9 +60,7 @@ class RegionExport(PortalTask):
         return solver
 
     def work(self) -> None:
-        started = time.time()
-        attempt = 1
-        timeout = config.captchaai().timeout_s
+        started, attempt, cfg = time.time(), 1, config.captchaai()
 
         def on_attempt(n: int) -> None:
             nonlocal attempt
@@ -79,7 +69,7 @@ class RegionExport(PortalTask):
 
         def on_poll(task_id: str, polls: int, elapsed: float) -> None:
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
-            self.progress(min(95, int(100 * elapsed / timeout)))
+            self.progress(min(95, int(100 * elapsed / cfg.timeout_s)))
 
         backoff = {name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")}
         solver = self.make_solver()
@@ -91,7 +81,7 @@ class RegionExport(PortalTask):
                 solver,
                 sink=spool.fill,
                 **backoff,
-                http_timeout_s=config.captchaai().http_timeout_s,
+                http_timeout_s=cfg.http_timeout_s,
                 login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
                 on_attempt=on_attempt,
