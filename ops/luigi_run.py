@@ -14,7 +14,7 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
-from tasks.process import helpers_die_with_worker
+from tasks.base import helpers_die_with_worker
 
 from . import stopping
 
@@ -25,7 +25,7 @@ Status = luigi.execution_summary.LuigiStatusCode
 class Worker(luigi.worker.Worker):
     """Luigi's worker, whose way out ends its task processes first and waits for them a little: its
     keep-alive thread's ping in flight (from a slow or frozen luigid) would let them poll on, and a
-    task process still unwinding when the worker exits is killed with it (tasks/process.py), its
+    task process still unwinding when the worker exits is killed with it (tasks/base.py), its
     in-flight mark left behind. (`_running_tasks` is the 3.8.1 internal Luigi's own `__exit__` reads.)"""
 
     def __exit__(self, *exc: Any) -> Any:

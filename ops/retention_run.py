@@ -11,7 +11,7 @@ from collections.abc import Callable
 from portal_export import breaker, retention, store_keys
 from portal_export.retention import Kind, Policy
 from tasks import config, targets
-from tasks.login import portal_login
+from tasks.region import portal_login
 
 log = logging.getLogger(__name__)
 SHOWN = 5  # objects of each kind a dry run names

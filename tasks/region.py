@@ -1,22 +1,57 @@
-"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot."""
+"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot. The portal login comes
+from the environment (PORTAL_USERNAME / PORTAL_PASSWORD only), with its breaker named by base URL, user and password
+together: a wrong password stops every run after its first refusal (`make clear-breaker` clears it), and a
+corrected one is not blocked by the old one's breaker."""
 
 import logging
+import os
 import time
+from collections.abc import Callable
 
 import luigi
+import requests
 
 from portal_export import store_keys
 from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import CaptchaAI
+from portal_export.errors import TransientError
 from portal_export.gate import Gate, Waiting
+from portal_export.portal import Login
+from portal_export.portal.session import log_in
 from portal_export.region_file import Spool
 from portal_export.retry_policy import export_region
 
 from . import config, targets
 from .base import PortalTask
-from .login import portal_login
 
 log = logging.getLogger(__name__)
+
+
+def portal_login() -> Login | None:
+    username = os.environ.get("PORTAL_USERNAME", "").strip()
+    if not username:
+        return None
+    password = os.environ.get("PORTAL_PASSWORD", "")
+    if not password:
+        raise config.ConfigError("PORTAL_USERNAME is set but PORTAL_PASSWORD is not: export both, or neither")
+    base_url = config.portal_base_url().rstrip("/")
+    breaker = KeyBreaker(
+        targets.store(), f"login\0{base_url}\0{username}\0{password}", advice="fix PORTAL_USERNAME/PORTAL_PASSWORD"
+    )
+    return Login(username, password, config.portal().login_path, breaker)
+
+
+def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
+    """Log in once before a run, so a wrong password fails it before any captcha request leaves;
+    a portal that is down now is no reason to refuse it (its tasks retry with backoff)."""
+    login = portal_login()
+    if login is None:
+        return
+    try:
+        with requests.Session() as session:
+            log_in(session, config.portal_base_url().rstrip("/"), login, timeout_s)
+    except TransientError as err:
+        say(f"warning: login check: {err}; the regions will try again")
 
 
 def make_solver() -> CaptchaAI:
