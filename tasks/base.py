@@ -1,7 +1,6 @@
-"""What RegionExport and DayExport share: one attempt per run, death with their worker, and a failure the
-visualiser shows by its code, never the key. With workers > 1 each task runs in a forked child that would outlive
-a killed worker and keep solving, over the cap once the scheduler frees the dead worker's slots: PR_SET_PDEATHSIG
-has the kernel kill it. The worker's completion-cache server (a multiprocessing.Manager) gets the same end."""
+"""What RegionExport and DayExport share: one attempt per run, a failure the visualiser shows by its code, never
+the key, and death with their worker: a forked task process (workers > 1) would outlive a killed worker and solve over
+the cap once its slots are freed, so PR_SET_PDEATHSIG has the kernel kill it, and the worker's Manager too."""
 
 import contextlib
 import ctypes
@@ -26,8 +25,7 @@ WORKER_PID = os.getpid()  # the module is imported by the worker before it forks
 def die_with_worker() -> None:
     if os.getpid() == WORKER_PID or not sys.platform.startswith("linux"):
         return  # workers=1 runs tasks in the worker itself
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != WORKER_PID:  # the worker died before the line above took effect
         os._exit(1)
 
@@ -77,10 +75,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def stops_quietly() -> Iterator[None]:
-    """A forked task process told to stop (Ctrl-C, or its worker passing a stop on) ends once the task
-    has unwound and released its marks: no traceback, no failure reported; with workers=1 the worker
-    stops as a whole. Only a stop a run handles raises here, and only within the task's run: outside it
-    ops/stopping.py ends the process at once (no printed interruption, no unwinding into the worker)."""
+    """A forked task process told to stop (Ctrl-C, or its worker passing it on) ends quietly once the task has
+    released its marks; with workers=1 the worker stops as a whole. Only a stop a run handles raises here, only within
+    the task's run: outside it ops/stopping.py ends the process at once (no unwinding into the worker)."""
     forked = os.getpid() != WORKER_PID
     handled = {s: h for s in STOPS if callable(h := signal.getsignal(s))} if forked else {}
     for signum in handled:
@@ -101,9 +98,8 @@ def error_code(err: BaseException) -> str:
 
 
 class PortalTask(luigi.Task):
-    # Transient errors are retried inside the task, so a failure that reaches Luigi is final: one
-    # attempt, then DISABLED, and a keep-alive worker moves on instead of re-running it every
-    # retry_delay. The CLI re-enables the disabled tasks of its days on the next run.
+    # Transient errors are retried inside the task: a failure reaching Luigi is final (DISABLED, not re-run every
+    # retry_delay by a keep-alive worker). The CLI re-enables the disabled tasks of its days on the next run.
     retry_count = 1
 
     def status(self, message: str) -> None:

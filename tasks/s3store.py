@@ -195,39 +195,33 @@ class S3Store:
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         return [entry.key for entry in self.entries(prefix, start_after)]
 
-    def _pages(self, prefix: str, **args: Any) -> Any:  # ListObjectsV2's pages below `prefix`
-        return self.client.api.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix + prefix, **args
-        )
+    def _listing(self, prefix: str, **args: Any) -> tuple[Entries, float]:
+        """The objects below `prefix`, and the store's time now: the listing's Date (whole seconds)."""
+
+        def listing() -> tuple[Entries, float]:
+            found: Entries = []
+            now, pages = 0.0, self.client.api.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix, **args):
+                found.extend(
+                    Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
+                    for obj in page.get("Contents", ())
+                )
+                if date := page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"):
+                    now = max(now, email.utils.parsedate_to_datetime(date).timestamp())
+            return found, now
+
+        return self._retry(listing, f"listing {prefix or '/'}")
 
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
         args: dict[str, Any] = {"StartAfter": self.prefix + start_after} if start_after else {}
         if limit is not None:  # no more pages than the limit needs
             args["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
-
-        def found() -> Entries:
-            return [
-                Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
-                for page in self._pages(prefix, **args)
-                for obj in page.get("Contents", ())
-            ]
-
-        return sorted(self._retry(found, f"listing {prefix or '/'}"))
+        return sorted(self._listing(prefix, **args)[0])
 
     def written(self, prefix: str) -> tuple[dict[str, float], float]:
-        """Each object's LastModified, and the store's time now: the listing's Date (whole seconds, none before it)."""
-
-        def times() -> tuple[dict[str, float], float]:
-            found, now = {}, 0.0
-            for page in self._pages(prefix):
-                for obj in page.get("Contents", ()):
-                    found[obj["Key"][len(self.prefix) :]] = obj["LastModified"].timestamp()
-                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-                if date:
-                    now = max(now, email.utils.parsedate_to_datetime(date).timestamp())
-            return found, max([now, *found.values()])
-
-        return self._retry(times, f"listing {prefix or '/'}")
+        """Each object's LastModified, and the store's time now (never before an object it lists)."""
+        found, now = self._listing(prefix)
+        return {e.key: e.modified for e in found}, max([now, *(e.modified for e in found)])
 
     def check(self) -> None:
         """Before a run: the bucket is there and takes the credentials (one listing, not retried: fails in seconds)."""

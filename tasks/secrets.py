@@ -18,8 +18,7 @@ MASK = "***"
 # ${SMTP_PASSWORD}` (docs/alerts.md), the AWS ones the object store's (boto3's own variables).
 SECRET_ENV: tuple[str, ...] = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 SECRET_ENV += ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-# Luigi's [s3] section may hold the same credentials (luigi.contrib.s3 reads them there first).
-SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")
+SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")  # Luigi's [s3] may hold them (read there first)
 
 
 def secrets() -> list[str]:
@@ -95,7 +94,6 @@ def _scrubbing_thread_excepthook(args: threading.ExceptHookArgs) -> None:
 
 def install_log_scrubber() -> None:
     """Scrub every log record of the process, whoever logs it, and the tracebacks Python prints itself."""
-    if logging.getLogRecordFactory() is not _scrubbing_factory:
-        logging.setLogRecordFactory(_scrubbing_factory)
+    logging.setLogRecordFactory(_scrubbing_factory)
     sys.excepthook = _scrubbing_excepthook
     threading.excepthook = _scrubbing_thread_excepthook

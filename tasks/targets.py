@@ -42,26 +42,21 @@ def check_store() -> None:
         s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
-SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path (Linux)
-MANAGER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+TMPDIR_MAX = 107 - len("/pymp-12345678/listener-12345678")  # an AF_UNIX path's bytes (Linux), less the Manager's
 
 
 def check_tmpdir() -> None:
     """With an object store, Luigi's completion cache (a multiprocessing.Manager) listens under TMPDIR:
     too long a TMPDIR is a ConfigError, not a worker dying with `AF_UNIX path too long`."""
-    if not worker_settings().get("cache_task_completion"):
-        return
-    tmp = tempfile.gettempdir()
-    if len(os.fsencode(tmp)) + MANAGER_SOCKET_SUFFIX > SOCKET_PATH_MAX:
+    if worker_settings().get("cache_task_completion") and len(os.fsencode(tmp := tempfile.gettempdir())) > TMPDIR_MAX:
         raise config.ConfigError(
             f"TMPDIR {tmp} is too long ({len(os.fsencode(tmp))} bytes) for the socket of Luigi's completion "
-            f"cache, which an s3:// data dir uses: give a TMPDIR of at most {SOCKET_PATH_MAX - MANAGER_SOCKET_SUFFIX} bytes"
+            f"cache, which an s3:// data dir uses: give a TMPDIR of at most {TMPDIR_MAX} bytes"
         )
 
 
 def worker_settings() -> dict[str, object]:
-    """Luigi's `[worker]` settings: in an object store, where a completeness check is a request, its
-    completion cache keeps what this run found complete, so no check is asked twice."""
+    """Luigi's [worker]: in an object store a completeness check is a request, asked once (the completion cache)."""
     return {"cache_task_completion": True} if is_remote(config.data_dir_text()) else {}
 
 
