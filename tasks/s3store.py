@@ -2,8 +2,6 @@
 chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
 object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
 
-from __future__ import annotations
-
 import email.utils
 import io
 import logging
@@ -15,19 +13,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import botocore.config
 import botocore.exceptions
 import luigi.contrib.s3
 import luigi.format
 import luigi.target
 import tenacity
+from botocore.config import Config
 from urllib3 import PoolManager
 
 from portal_export.store import Entries, Entry, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
+_stores: "weakref.WeakSet[S3Store]" = weakref.WeakSet()
 
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # the subset every S3-compatible store accepts
 MISSING = ("NoSuchKey", "404", "NotFound")
@@ -37,9 +35,7 @@ NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACC
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
 # botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
 # an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
-CLIENT_CONFIG = botocore.config.Config(
-    connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"}
-)
+CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -69,15 +65,13 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
-def answer_or(
-    call: Callable[[], T], otherwise: Callable[[], T | None] = lambda: None, codes: Any = MISSING
-) -> T | None:
-    """What `call` returns; `otherwise()` when the store answers one of `codes` (by default: no such object)."""
+def answer_or(call: Callable[[], T], default: Callable[[], T | None] = lambda: None, codes: Any = MISSING) -> T | None:
+    """What `call` returns; `default()` when the store answers one of `codes` (by default: no such object)."""
     try:
         return call()
     except botocore.exceptions.ClientError as err:
         if error_code(err) in codes:
-            return otherwise()
+            return default()
         raise
 
 
