@@ -1,7 +1,6 @@
-"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot. The portal login comes
-from the environment (PORTAL_USERNAME / PORTAL_PASSWORD only), with its breaker named by base URL, user and password
-together: a wrong password stops every run after its first refusal (`make clear-breaker` clears it), and a
-corrected one is not blocked by the old one's breaker."""
+"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot. Its portal login comes from
+PORTAL_USERNAME / PORTAL_PASSWORD, with a breaker named by base URL, user and password: a wrong password stops every run
+after its first refusal (`make clear-breaker` clears it), and a corrected one is not blocked by the old one's."""
 
 import logging
 import os
@@ -74,7 +73,6 @@ class RegionExport(PortalTask):
 
     date = luigi.DateParameter()
     region = RegionParameter()
-
     resources = {config.RESOURCE: 1}
 
     def output(self) -> luigi.target.FileSystemTarget:
@@ -84,12 +82,10 @@ class RegionExport(PortalTask):
         return store_keys.region_failure(self.date, self.region)
 
     def clear_failures(self) -> None:
-        """Left to the DayExport that completes the day (a record is read only while the region has no
-        output): no store request on the region's CaptchaAI slot."""
+        """Left to the DayExport (a record counts only while the region has no output): no request on this slot."""
 
     def make_solver(self) -> CaptchaAI:
-        """Tests substitute a fake here. An open breaker, or no plan thread freeing up, fails the region
-        before it loads a page."""
+        """A test seam. An open breaker, or no plan thread freeing up, fails the region before it loads a page."""
         solver = make_solver()
         solver.ready()
         return solver

@@ -258,8 +258,7 @@ class ObjectReader(io.RawIOBase):
 
 
 class ObjectWriter(luigi.target.AtomicLocalFile):
-    """Bytes spooled to a local file with no name (a killed process leaves nothing), then put whole in one
-    PutObject retried through an outage; an exception inside `with` puts nothing."""
+    """Bytes spooled to a nameless file (a killed process leaves none), then put whole in one PutObject, retried."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key = store, key

@@ -1,6 +1,5 @@
-"""Keeping the secrets out of everything Luigi shows, logs or stores. The client puts the key only in a
-POST body; this is the second line: whatever a library writes into a message or a traceback is scrubbed
-before it is logged or handed to Luigi (whose `on_failure` text reaches luigid and its state file)."""
+"""Keeping the secrets out of everything Luigi shows, logs or stores, behind the client's key-only-in-a-POST-body: what
+a library writes into a message or traceback is scrubbed before it is logged or reaches luigid and its state file."""
 
 import logging
 import os
@@ -32,8 +31,7 @@ def secrets() -> list[str]:
 
 
 def webhook_credential(url: str) -> str:
-    """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX), which HTTP
-    libraries log and raise alone; too short to be one: nothing."""
+    """A webhook URL's credential: its path and query (Slack's /services/T../B../XXX), which libraries show alone."""
     parts = urlsplit(url)
     tail = parts.path + (f"?{parts.query}" if parts.query else "")
     return tail if len(tail) >= 8 else ""
@@ -49,8 +47,6 @@ def url_password(url: str) -> set[str]:
 
 
 def scrub(text: str) -> str:
-    if not text:
-        return text
     for value in secrets():
         text = text.replace(value, MASK)
     return text
@@ -81,15 +77,14 @@ def _scrubbing_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
     return record
 
 
-def _scrubbing_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-    sys.stderr.write(scrub("".join(traceback.format_exception(kind, value, tb))))
+def _scrubbing_excepthook(kind: type[BaseException], value: BaseException | None, tb: Any, head: str = "") -> None:
+    sys.stderr.write(scrub(head + "".join(traceback.format_exception(kind, value, tb))))
 
 
 def _scrubbing_thread_excepthook(args: threading.ExceptHookArgs) -> None:
     if args.exc_type is not SystemExit:
         name = args.thread.name if args.thread else "?"
-        trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-        sys.stderr.write(scrub(f"Exception in thread {name}:\n{trace}"))
+        _scrubbing_excepthook(args.exc_type, args.exc_value, args.exc_traceback, f"Exception in thread {name}:\n")
 
 
 def install_log_scrubber() -> None:

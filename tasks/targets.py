@@ -92,8 +92,7 @@ class DataFile(luigi.LocalTarget):
 
 
 def target(key: str) -> luigi.target.FileSystemTarget:
-    """How the tasks read and write their outputs: a DataFile, or an ObjectTarget on the store's own
-    client (its retries, errors and request counts)."""
+    """The tasks' outputs: a DataFile, or an ObjectTarget on the store's client (its retries, errors and counts)."""
     s = store()
     if isinstance(s, LocalStore):
         return DataFile(s.location(key))
