@@ -19,11 +19,6 @@ def configured_cap() -> int:
     return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
 
 
-def run_started() -> float | None:  # None outside a run of the CLI
-    value = os.environ.get(RUN_STARTED)
-    return float(value) if value else None
-
-
 class captchaai(luigi.Config):
     api_base = luigi.Parameter(default=DEFAULT_API_BASE, description="the API's base URL (env CAPTCHAAI_API_BASE wins)")
     timeout_s = luigi.FloatParameter(default=120.0, description="deadline of one solve, counted from submit")
@@ -74,10 +69,6 @@ def api_key() -> str:
     if not key:
         raise ConfigError("CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key")
     return key
-
-
-def api_base() -> str:
-    return os.environ.get("CAPTCHAAI_API_BASE") or captchaai().api_base
 
 
 def portal_base_url() -> str:

@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -73,7 +74,8 @@ class DayExport(PortalTask):
         """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
         here, off the regions' CaptchaAI slots), and the day's from the start of the run completing it."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
-        started = config.run_started() or min(starts, default=time.time())
+        run_started = os.environ.get(config.RUN_STARTED)  # set by the CLI for its run's tasks
+        started = float(run_started) if run_started else min(starts, default=time.time())
         changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:

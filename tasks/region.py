@@ -33,18 +33,15 @@ def portal_login() -> Login | None:
     password = os.environ.get("PORTAL_PASSWORD", "")
     if not password:
         raise config.ConfigError("PORTAL_USERNAME is set but PORTAL_PASSWORD is not: export both, or neither")
-    base_url = config.portal_base_url().rstrip("/")
-    breaker = KeyBreaker(
-        targets.store(), f"login\0{base_url}\0{username}\0{password}", advice="fix PORTAL_USERNAME/PORTAL_PASSWORD"
-    )
+    name = f"login\0{config.portal_base_url().rstrip('/')}\0{username}\0{password}"
+    breaker = KeyBreaker(targets.store(), name, advice="fix PORTAL_USERNAME/PORTAL_PASSWORD")
     return Login(username, password, config.portal().login_path, breaker)
 
 
 def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
     """Log in once before a run, so a wrong password fails it before any captcha request leaves;
     a portal that is down now is no reason to refuse it (its tasks retry with backoff)."""
-    login = portal_login()
-    if login is None:
+    if (login := portal_login()) is None:
         return
     try:
         with requests.Session() as session:
@@ -58,7 +55,8 @@ def make_solver() -> CaptchaAI:
     # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
     gate = Gate(store, configured=config.configured_cap(), plan_every_s=cfg.plan_every_s, follows_plan=cfg.follow_plan)
     timing = {name: getattr(cfg, name) for name in ("timeout_s", "first_poll_s", "poll_every_s", "http_timeout_s")}
-    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(store, key), gate=gate)
+    api_base = os.environ.get("CAPTCHAAI_API_BASE") or cfg.api_base
+    return CaptchaAI(key, api_base, **timing, breaker=KeyBreaker(store, key), gate=gate)
 
 
 class RegionParameter(luigi.Parameter):

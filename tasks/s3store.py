@@ -245,11 +245,10 @@ class ObjectReader(io.RawIOBase):
                 self.stream = None  # read again from here
                 raise botocore.exceptions.ConnectionError(error=f"reading {self.key} broke off") from None
             buffer[: len(data)] = data
+            self.offset += len(data)
             return len(data)
 
-        n = self.store._retry(read, f"reading {self.key}")
-        self.offset += n
-        return n
+        return self.store._retry(read, f"reading {self.key}")
 
     def close(self) -> None:
         if self.stream is not None:

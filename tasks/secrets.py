@@ -25,8 +25,7 @@ def secrets() -> list[str]:
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
     values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
     values.update(url_password(os.environ.get("LUIGI_SCHEDULER_URL", "").strip()))
-    cfg = luigi.configuration.get_config()
-    values |= {str(cfg.get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
+    values |= {str(luigi.configuration.get_config().get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
     return sorted((v for v in values if v), key=len, reverse=True)
 
 

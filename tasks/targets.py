@@ -81,9 +81,6 @@ class HiddenAtomicFile(luigi.local_target.atomic_file):
 
 
 class DataFile(luigi.LocalTarget):
-    def __init__(self, path: str) -> None:
-        super().__init__(path, format=luigi.format.Nop)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
-
     def open(self, mode: str = "r") -> Any:
         if mode.replace("b", "") == "w":
             self.makedirs()
@@ -95,7 +92,7 @@ def target(key: str) -> luigi.target.FileSystemTarget:
     """The tasks' outputs: a DataFile, or an ObjectTarget on the store's client (its retries, errors and counts)."""
     s = store()
     if isinstance(s, LocalStore):
-        return DataFile(s.location(key))
+        return DataFile(s.location(key), format=luigi.format.Nop)
     from .s3store import ObjectTarget
 
     return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
