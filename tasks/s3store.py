@@ -76,22 +76,15 @@ def answer_or(call: Callable[[], T], default: Callable[[], T | None] = lambda: N
 
 
 class ObjectClient(luigi.contrib.s3.S3Client):
-    """Luigi's S3 client for plain objects: `exists` is one `HeadObject` (Luigi's probes two directory
-    markers and lists a prefix too), within `retry`, so completeness checks ride out an outage."""
+    """Luigi's S3 client (`[s3]`, else boto3's chain), with botocore's retries kept short."""
 
-    def __init__(self, retry: Callable[[Callable[[], Any], str], Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("config", CLIENT_CONFIG)
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
-        self.retry = retry or (lambda call, what: call())
 
     @property
     def api(self) -> Any:  # the botocore client behind Luigi's resource
         return self.s3.meta.client
-
-    def exists(self, path: str) -> bool:
-        bucket, key = self._path_to_bucket_and_key(path)  # type: ignore[no-untyped-call]
-        head = lambda: self.api.head_object(Bucket=bucket, Key=key)  # noqa: E731
-        return bool(self.retry(lambda: answer_or(head, bool), f"checking {path}"))
 
 
 class S3Store:
@@ -102,7 +95,7 @@ class S3Store:
         self.bucket, self.prefix = parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.retry_s = retry_s
-        self.client = client or ObjectClient(retry=self._retry)
+        self.client = client or ObjectClient()
         _stores.add(self)
 
     def __repr__(self) -> str:
@@ -176,8 +169,9 @@ class S3Store:
         put = lambda: self._object("put_object", key, Body=data, IfNoneMatch="*") is not None  # noqa: E731
         return bool(self._retry(lambda: answer_or(put, bool, ("PreconditionFailed", "412")), f"creating {key}"))
 
-    def exists(self, key: str) -> bool:
-        return self.client.exists(self.location(key))
+    def exists(self, key: str) -> bool:  # one HeadObject: Luigi's probes two directory markers and lists a prefix too
+        head = lambda: self._object("head_object", key)  # noqa: E731
+        return bool(self._retry(lambda: answer_or(head, bool), f"checking {self.location(key)}"))
 
     def modified(self, key: str) -> float | None:
         head = lambda: self._object("head_object", key)["LastModified"].timestamp()  # noqa: E731
@@ -289,6 +283,9 @@ class ObjectTarget(luigi.contrib.s3.S3Target):
     def __init__(self, store: S3Store, key: str) -> None:
         super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
         self.store, self.key = store, key
+
+    def exists(self) -> bool:  # within the store's retries, so completeness checks ride out an outage
+        return self.store.exists(self.key)
 
     def open(self, mode: str = "r") -> Any:
         if mode.replace("b", "") == "w":
