@@ -23,17 +23,13 @@ SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")  # Luigi's [s3] 
 def secrets() -> list[str]:
     """The secret values set now, longest first (so a secret containing another is masked whole)."""
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
-    values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
+    # A webhook URL's credential is its path and query (Slack's /services/T../B../XXX), which libraries show alone.
+    webhook = urlsplit(os.environ.get("ALERT_WEBHOOK_URL", "").strip())
+    tail = webhook.path + (f"?{webhook.query}" if webhook.query else "")
+    values.add(tail if len(tail) >= 8 else "")  # too short to be one: none
     values.update(url_password(os.environ.get("LUIGI_SCHEDULER_URL", "").strip()))
     values |= {str(luigi.configuration.get_config().get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
     return sorted((v for v in values if v), key=len, reverse=True)
-
-
-def webhook_credential(url: str) -> str:
-    """A webhook URL's credential: its path and query (Slack's /services/T../B../XXX), which libraries show alone."""
-    parts = urlsplit(url)
-    tail = parts.path + (f"?{parts.query}" if parts.query else "")
-    return tail if len(tail) >= 8 else ""
 
 
 def url_password(url: str) -> set[str]:
