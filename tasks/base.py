@@ -1,6 +1,5 @@
-"""What RegionExport and DayExport share: one attempt per run, a failure the visualiser shows by its code, never
-the key, and death with their worker: a forked task process (workers > 1) would outlive a killed worker and solve over
-the cap once its slots are freed, so PR_SET_PDEATHSIG has the kernel kill it, and the worker's Manager too."""
+"""What RegionExport and DayExport share: one attempt per run, a failure the visualiser shows by its code, never the
+key, and death with their worker (PR_SET_PDEATHSIG; its Manager too): an orphan would solve over the freed cap."""
 
 import contextlib
 import ctypes
@@ -20,6 +19,8 @@ from .secrets import format_failure, scrub
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 WORKER_PID = os.getpid()  # the module is imported by the worker before it forks any task
+STOPS = (signal.SIGINT, signal.SIGTERM)
+_starting_helpers = False  # within helpers_die_with_worker's block
 
 
 def die_with_worker() -> None:
@@ -28,9 +29,6 @@ def die_with_worker() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != WORKER_PID:  # the worker died before the line above took effect
         os._exit(1)
-
-
-_starting_helpers = False
 
 
 def _helper_dies_with_worker() -> None:
@@ -50,9 +48,6 @@ def helpers_die_with_worker() -> Iterator[None]:
         yield
     finally:
         _starting_helpers = False
-
-
-STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _deaf_to_stops() -> None:
@@ -75,9 +70,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def stops_quietly() -> Iterator[None]:
-    """A forked task process told to stop (Ctrl-C, or its worker passing it on) ends quietly once the task has
-    released its marks; with workers=1 the worker stops as a whole. Only a stop a run handles raises here, only within
-    the task's run: outside it ops/stopping.py ends the process at once (no unwinding into the worker)."""
+    """A forked task process told to stop ends quietly once the task has released its marks (workers=1: the worker
+    stops whole). Only within the run, and a stop it handles: outside, ops/stopping.py ends the process at once."""
     forked = os.getpid() != WORKER_PID
     handled = {s: h for s in STOPS if callable(h := signal.getsignal(s))} if forked else {}
     for signum in handled:

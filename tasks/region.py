@@ -39,8 +39,7 @@ def portal_login() -> Login | None:
 
 
 def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
-    """Log in once before a run, so a wrong password fails it before any captcha request leaves;
-    a portal that is down now is no reason to refuse it (its tasks retry with backoff)."""
+    """A login before a run: a wrong password fails it before any captcha request; a portal down now does not."""
     if (login := portal_login()) is None:
         return
     try:
@@ -100,7 +99,6 @@ class RegionExport(PortalTask):
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
             self.progress(min(95, int(100 * elapsed / cfg.timeout_s)))
 
-        backoff = {name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")}
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
             outcome = export_region(
@@ -109,7 +107,7 @@ class RegionExport(PortalTask):
                 config.portal_base_url(),
                 solver,
                 sink=spool.fill,
-                **backoff,
+                **{name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")},
                 http_timeout_s=cfg.http_timeout_s,
                 login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region

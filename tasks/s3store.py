@@ -94,8 +94,7 @@ class S3Store:
     def __init__(self, url: str, retry_s: float = 120.0, client: ObjectClient | None = None) -> None:
         self.bucket, self.prefix = parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        self.retry_s = retry_s
-        self.client = client or ObjectClient()
+        self.retry_s, self.client = retry_s, client or ObjectClient()
         _stores.add(self)
 
     def __repr__(self) -> str:
@@ -296,8 +295,7 @@ class ObjectTarget(luigi.contrib.s3.S3Target):
 
 
 def _forget_connections() -> None:
-    """botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones are left
-    untouched (not closed): a parent's thread may have held their lock at the fork."""
+    """Fresh pool managers, as botocore makes them; the old ones untouched: a parent's thread may hold their lock."""
     for http in [s.client._s3.meta.client._endpoint.http_session for s in list(_stores) if s.client._s3]:
         http._proxy_managers = {}
         http._manager = PoolManager(**http._get_pool_manager_kwargs())

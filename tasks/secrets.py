@@ -13,8 +13,7 @@ from urllib.parse import unquote, urlsplit
 import luigi.configuration
 
 MASK = "***"
-# Read from the environment only and masked wherever text leaves; SMTP_PASSWORD for `[smtp] password =
-# ${SMTP_PASSWORD}` (docs/alerts.md), the AWS ones the object store's (boto3's own variables).
+# From the environment only, masked wherever text leaves (`[smtp] password = ${SMTP_PASSWORD}`; AWS: boto3's own).
 SECRET_ENV: tuple[str, ...] = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 SECRET_ENV += ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")  # Luigi's [s3] may hold them (read there first)
@@ -33,8 +32,7 @@ def secrets() -> list[str]:
 
 
 def url_password(url: str) -> set[str]:
-    """The password in a URL's user info, as written and percent-decoded: Luigi's retry log and
-    its RPCError print the URL as given, requests' HTTPError the URL it prepared."""
+    """A URL's user-info password, as written and percent-decoded (Luigi prints the URL as given, requests prepared)."""
     netloc = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]  # as urlsplit, which may raise
     user_info, at, _ = netloc.rpartition("@")
     password = user_info.partition(":")[2] if at else ""

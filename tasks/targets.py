@@ -37,8 +37,7 @@ def store_at(where: str, retry_s: float | None = None) -> Store:
 
 
 def check_store() -> None:
-    s = store()
-    if not isinstance(s, LocalStore):
+    if not isinstance(s := store(), LocalStore):
         s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
@@ -46,8 +45,7 @@ TMPDIR_MAX = 107 - len("/pymp-12345678/listener-12345678")  # an AF_UNIX path's 
 
 
 def check_tmpdir() -> None:
-    """With an object store, Luigi's completion cache (a multiprocessing.Manager) listens under TMPDIR:
-    too long a TMPDIR is a ConfigError, not a worker dying with `AF_UNIX path too long`."""
+    """An object store's completion cache listens in TMPDIR: too long is a ConfigError, not `AF_UNIX path too long`."""
     if worker_settings().get("cache_task_completion") and len(os.fsencode(tmp := tempfile.gettempdir())) > TMPDIR_MAX:
         raise config.ConfigError(
             f"TMPDIR {tmp} is too long ({len(os.fsencode(tmp))} bytes) for the socket of Luigi's completion "
@@ -90,17 +88,15 @@ class DataFile(luigi.LocalTarget):
 
 def target(key: str) -> luigi.target.FileSystemTarget:
     """The tasks' outputs: a DataFile, or an ObjectTarget on the store's client (its retries, errors and counts)."""
-    s = store()
-    if isinstance(s, LocalStore):
+    if isinstance(s := store(), LocalStore):
         return DataFile(s.location(key), format=luigi.format.Nop)
     from .s3store import ObjectTarget
 
     return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
 
 
-def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
-    """The days whose two day objects exist, from one listing of the names the days share
-    (`portal_records_2026-06-`), not two requests per day nor a bucket's years of history."""
+def complete_days(days: list[datetime.date]) -> list[datetime.date]:
+    """The days whose two day objects exist: one listing of the names they share (`portal_records_2026-06-`)."""
     if not days:
         return []
     names = set(store().list(keys.day_objects_prefix(days)))
