@@ -12,7 +12,7 @@ import luigi.rpc
 import luigi.scheduler
 import luigi.worker
 
-from tasks.process import helpers_die_with_worker
+from tasks.base import helpers_die_with_worker
 
 from . import stopping
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 class Worker(luigi.worker.Worker):
     """Luigi's worker, whose way out ends its task processes first and waits for them a little: its keep-alive
     thread's ping in flight (a slow or frozen luigid) would let them poll on, and one still unwinding as the worker
-    exits dies with it (tasks/process.py), its in-flight mark left. (`_running_tasks`: 3.8.1's, read by `__exit__`.)"""
+    exits dies with it (tasks/base.py), its in-flight mark left. (`_running_tasks`: 3.8.1's, read by `__exit__`.)"""
 
     def __exit__(self, *exc: Any) -> Any:
         running = [task for task in self._running_tasks.values() if task.is_alive()]

@@ -11,7 +11,7 @@ import requests
 from portal_export.portal import HANDLING, Prepared, prepare
 from portal_export.portal.session import TOKEN_FIELD
 from tasks import config
-from tasks.login import portal_login
+from tasks.region import portal_login
 from tasks.secrets import MASK, say
 
 NO_WIDGET, NO_FORM = 1, 1

@@ -20,8 +20,7 @@ from portal_export import redo
 from portal_export.errors import ExportError
 from portal_export.plan import plan_verdict
 from tasks import config, targets
-from tasks.login import check_login
-from tasks.region import make_solver
+from tasks.region import check_login, make_solver
 from tasks.secrets import say
 
 from . import UsageError, luigi_run, luigid, retention_run, run_alert, steward, takeover

@@ -3,7 +3,7 @@
 Both raise `Stopped` (a KeyboardInterrupt: Luigi's worker ends its task processes), whose `finally` blocks release the
 run's in-flight marks, heartbeat and cap. After the signal `RemoteScheduler` makes no further RPC attempt (Luigi's retry
 3 times, 30 s apart); a forked task process ends at once and quietly, unwinding its solve first within its task's run
-(tasks/process.py), never into its worker's code. Python drops exceptions raised in fork hooks and `__del__`, and
+(tasks/base.py), never into its worker's code. Python drops exceptions raised in fork hooks and `__del__`, and
 Luigi's local scheduler swallows them where it records history: the signal comes again every tenth of a second until the
 run is seen to stop, a stop that lands mid-fork waits for the next, and a swallowed `Stopped` is not logged."""
 
@@ -21,7 +21,7 @@ import luigi.rpc
 from tenacity import Retrying, stop_any, stop_when_event_set
 from tenacity.stop import stop_base
 
-from tasks.process import end_quietly
+from tasks.base import end_quietly
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 AGAIN_EVERY_S = 0.1  # a stop dropped (a fork hook, an `except BaseException` of Luigi's) comes again this soon
@@ -68,7 +68,7 @@ def _in_forked_child() -> None:
     _forking.clear()
     for signum in SIGNALS:
         if signal.getsignal(signum) is _handle:
-            # a forked process's stop outside its task's run: it ends as one within it (tasks/process.py)
+            # a forked process's stop outside its task's run: it ends as one within it (tasks/base.py)
             signal.signal(signum, lambda signum, frame: end_quietly())
 
 

@@ -1,6 +1,5 @@
-"""luigi.cfg's sections (layered by Luigi: luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both.
-The API key is no parameter: read from the environment where a request needs it, it never reaches the
-scheduler, the visualiser or a task id."""
+"""luigi.cfg's sections (luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both. The API key is no
+parameter: read from the environment where a request needs it, it reaches no scheduler, visualiser or task id."""
 
 import os
 import re
@@ -12,18 +11,12 @@ from portal_export.captchaai import DEFAULT_API_BASE
 
 REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 RESOURCE = "captchaai"  # the Luigi resource that caps solves in flight
-# when the CLI's run started (for the health files' seconds_below_cap); its tasks inherit it
-RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"
+RUN_STARTED = "PORTAL_EXPORT_RUN_STARTED"  # the CLI run's start, inherited by its tasks (health's seconds_below_cap)
 
 
 def configured_cap() -> int:
     """[resources] captchaai: the ceiling, whatever the cap in force is now."""
     return int(luigi.configuration.get_config().getint("resources", RESOURCE, 1))
-
-
-def run_started() -> float | None:  # None outside a run of the CLI
-    value = os.environ.get(RUN_STARTED)
-    return float(value) if value else None
 
 
 class captchaai(luigi.Config):
@@ -76,10 +69,6 @@ def api_key() -> str:
     if not key:
         raise ConfigError("CAPTCHAAI_API_KEY is not set: export it with your CaptchaAI account key")
     return key
-
-
-def api_base() -> str:
-    return os.environ.get("CAPTCHAAI_API_BASE") or captchaai().api_base
 
 
 def portal_base_url() -> str:

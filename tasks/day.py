@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -47,7 +48,6 @@ class DayExport(PortalTask):
             store.delete(key)
 
     def work(self) -> None:
-        regions = config.regions()
         facts: dict[str, dict[str, Any]] = {}
         # The records file streams the regions' record lines in; it is made only when the day passes.
         with self.output()["records"].open("w") as records:
@@ -56,7 +56,7 @@ class DayExport(PortalTask):
                     facts[region] = read_facts(f)
                     copy_records(f, records, facts[region]["rows"], f"region target {target.path}")
             self.progress(50)
-            health = self.health(regions, facts)
+            health = self.health(facts)
             try:
                 validate(health, config.portal().max_unsolvable_ratio)
             except Exception:
@@ -70,13 +70,14 @@ class DayExport(PortalTask):
         self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
         self.progress(100)
 
-    def health(self, regions: list[str], facts: dict[str, dict[str, Any]]) -> DayHealth:
+    def health(self, facts: dict[str, dict[str, Any]]) -> DayHealth:
         """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
         here, off the regions' CaptchaAI slots), and the day's from the start of the run completing it."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
-        started = config.run_started() or min(starts, default=time.time())
+        run_started = os.environ.get(config.RUN_STARTED)  # set by the CLI for its run's tasks
+        started = float(run_started) if run_started else min(starts, default=time.time())
         changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:
                 f["seconds_below_cap"] = seconds_below(changes, f["started_at"], f["ended_at"])
-        return day_health(self.date, regions, facts, seconds_below(changes, started, time.time()))
+        return day_health(self.date, list(facts), facts, seconds_below(changes, started, time.time()))

@@ -1,38 +1,61 @@
-"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot."""
+"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot. Its portal login comes from
+PORTAL_USERNAME / PORTAL_PASSWORD, with a breaker named by base URL, user and password: a wrong password stops every run
+after its first refusal (`make clear-breaker` clears it), and a corrected one is not blocked by the old one's."""
 
 import logging
+import os
 import time
+from collections.abc import Callable
 
 import luigi
+import requests
 
 from portal_export import store_keys
 from portal_export.breaker import KeyBreaker
-from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
+from portal_export.errors import TransientError
 from portal_export.gate import Gate, Waiting
+from portal_export.portal import Login
+from portal_export.portal.session import log_in
 from portal_export.region_file import Spool
 from portal_export.retry_policy import export_region
 
 from . import config, targets
 from .base import PortalTask
-from .login import portal_login
 
 log = logging.getLogger(__name__)
 
 
+def portal_login() -> Login | None:
+    username = os.environ.get("PORTAL_USERNAME", "").strip()
+    if not username:
+        return None
+    password = os.environ.get("PORTAL_PASSWORD", "")
+    if not password:
+        raise config.ConfigError("PORTAL_USERNAME is set but PORTAL_PASSWORD is not: export both, or neither")
+    name = f"login\0{config.portal_base_url().rstrip('/')}\0{username}\0{password}"
+    breaker = KeyBreaker(targets.store(), name, advice="fix PORTAL_USERNAME/PORTAL_PASSWORD")
+    return Login(username, password, config.portal().login_path, breaker)
+
+
+def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
+    """A login before a run: a wrong password fails it before any captcha request; a portal down now does not."""
+    if (login := portal_login()) is None:
+        return
+    try:
+        with requests.Session() as session:
+            log_in(session, config.portal_base_url().rstrip("/"), login, timeout_s)
+    except TransientError as err:
+        say(f"warning: login check: {err}; the regions will try again")
+
+
 def make_solver() -> CaptchaAI:
-    cfg = config.captchaai()
-    key = config.api_key()
+    cfg, key, store = config.captchaai(), config.api_key(), targets.store()
     # Solves are admitted under the cap in force and counted for the governor; a busy plan is waited out.
-    gate = Gate(
-        targets.store(),
-        configured=config.configured_cap(),
-        plan_every_s=cfg.plan_every_s,
-        follows_plan=cfg.follow_plan,
-        caplog=CapLog(targets.store()),
-    )
+    gate = Gate(store, configured=config.configured_cap(), plan_every_s=cfg.plan_every_s, follows_plan=cfg.follow_plan)
     timing = {name: getattr(cfg, name) for name in ("timeout_s", "first_poll_s", "poll_every_s", "http_timeout_s")}
-    return CaptchaAI(key, config.api_base(), **timing, breaker=KeyBreaker(targets.store(), key), gate=gate)
+    api_base = os.environ.get("CAPTCHAAI_API_BASE") or cfg.api_base
+    return CaptchaAI(key, api_base, **timing, breaker=KeyBreaker(store, key), gate=gate)
 
 
 class RegionParameter(luigi.Parameter):
@@ -47,7 +70,6 @@ class RegionExport(PortalTask):
 
     date = luigi.DateParameter()
     region = RegionParameter()
-
     resources = {config.RESOURCE: 1}
 
     def output(self) -> luigi.target.FileSystemTarget:
@@ -57,20 +79,16 @@ class RegionExport(PortalTask):
         return store_keys.region_failure(self.date, self.region)
 
     def clear_failures(self) -> None:
-        """Left to the DayExport that completes the day (a record is read only while the region has no
-        output): no store request on the region's CaptchaAI slot."""
+        """Left to the DayExport (a record counts only while the region has no output): no request on this slot."""
 
     def make_solver(self) -> CaptchaAI:
-        """Tests substitute a fake here. An open breaker, or no plan thread freeing up, fails the region
-        before it loads a page."""
+        """A test seam. An open breaker, or no plan thread freeing up, fails the region before it loads a page."""
         solver = make_solver()
         solver.ready()
         return solver
 
     def work(self) -> None:
-        started = time.time()
-        attempt = 1
-        timeout = config.captchaai().timeout_s
+        started, attempt, cfg = time.time(), 1, config.captchaai()
 
         def on_attempt(n: int) -> None:
             nonlocal attempt
@@ -79,9 +97,8 @@ class RegionExport(PortalTask):
 
         def on_poll(task_id: str, polls: int, elapsed: float) -> None:
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
-            self.progress(min(95, int(100 * elapsed / timeout)))
+            self.progress(min(95, int(100 * elapsed / cfg.timeout_s)))
 
-        backoff = {name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")}
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
             outcome = export_region(
@@ -90,8 +107,8 @@ class RegionExport(PortalTask):
                 config.portal_base_url(),
                 solver,
                 sink=spool.fill,
-                **backoff,
-                http_timeout_s=config.captchaai().http_timeout_s,
+                **{name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")},
+                http_timeout_s=cfg.http_timeout_s,
                 login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
                 on_attempt=on_attempt,

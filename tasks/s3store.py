@@ -2,8 +2,6 @@
 chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
 object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
 
-from __future__ import annotations
-
 import email.utils
 import io
 import logging
@@ -15,19 +13,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import botocore.config
 import botocore.exceptions
 import luigi.contrib.s3
 import luigi.format
 import luigi.target
 import tenacity
+from botocore.config import Config
 from urllib3 import PoolManager
 
 from portal_export.store import Entries, Entry, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_stores: weakref.WeakSet[S3Store] = weakref.WeakSet()
+_stores: "weakref.WeakSet[S3Store]" = weakref.WeakSet()
 
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # the subset every S3-compatible store accepts
 MISSING = ("NoSuchKey", "404", "NotFound")
@@ -37,9 +35,7 @@ NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACC
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
 # botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
 # an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
-CLIENT_CONFIG = botocore.config.Config(
-    connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"}
-)
+CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -69,33 +65,26 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
-def missing_as(call: Callable[[], T], missing: Callable[[], T | None] = lambda: None) -> T | None:
-    """What `call` returns; `missing()` when the store answers that the object is not there."""
+def answer_or(call: Callable[[], T], default: Callable[[], T | None] = lambda: None, codes: Any = MISSING) -> T | None:
+    """What `call` returns; `default()` when the store answers one of `codes` (by default: no such object)."""
     try:
         return call()
     except botocore.exceptions.ClientError as err:
-        if error_code(err) in MISSING:
-            return missing()
+        if error_code(err) in codes:
+            return default()
         raise
 
 
 class ObjectClient(luigi.contrib.s3.S3Client):
-    """Luigi's S3 client for plain objects: `exists` is one `HeadObject` (Luigi's probes two directory
-    markers and lists a prefix too), within `retry`, so completeness checks ride out an outage."""
+    """Luigi's S3 client (`[s3]`, else boto3's chain), with botocore's retries kept short."""
 
-    def __init__(self, retry: Callable[[Callable[[], Any], str], Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("config", CLIENT_CONFIG)
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
-        self.retry = retry or (lambda call, what: call())
 
     @property
     def api(self) -> Any:  # the botocore client behind Luigi's resource
         return self.s3.meta.client
-
-    def exists(self, path: str) -> bool:
-        bucket, key = self._path_to_bucket_and_key(path)  # type: ignore[no-untyped-call]
-        head = lambda: self.api.head_object(Bucket=bucket, Key=key)  # noqa: E731
-        return bool(self.retry(lambda: missing_as(head, bool), f"checking {path}"))
 
 
 class S3Store:
@@ -105,20 +94,8 @@ class S3Store:
     def __init__(self, url: str, retry_s: float = 120.0, client: ObjectClient | None = None) -> None:
         self.bucket, self.prefix = parse_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
-        self.retry_s = retry_s
-        self.client = client or ObjectClient(retry=self._retry)
+        self.retry_s, self.client = retry_s, client or ObjectClient()
         _stores.add(self)
-
-    def forget_connections(self) -> None:
-        resource = self.client._s3
-        if resource is None:
-            return
-        # botocore's URLLib3Session: fresh pool managers, as its constructor makes them. The old ones
-        # are left untouched (not closed): a parent's thread may have held their lock at the fork.
-        http = resource.meta.client._endpoint.http_session
-        http._proxy_managers = {}
-        http._manager = PoolManager(**http._get_pool_manager_kwargs())
-        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
@@ -147,9 +124,8 @@ class S3Store:
         """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
         started = time.monotonic()
 
-        def warn(state: tenacity.RetryCallState) -> None:
-            err = state.outcome.exception() if state.outcome is not None else None
-            if state.attempt_number == 1 and err is not None:
+        def warn(state: tenacity.RetryCallState) -> None:  # called only after an outage, which it names once
+            if state.attempt_number == 1 and state.outcome and (err := state.outcome.exception()):
                 waiting = f"waiting up to {self.retry_s:.0f} s for it to answer ({type(err).__name__})"
                 log.warning("%s: %s", self.error(err, what), waiting)
 
@@ -176,7 +152,7 @@ class S3Store:
 
     def read(self, key: str) -> bytes | None:
         get = lambda: bytes(self._object("get_object", key)["Body"].read())  # noqa: E731
-        return self._retry(lambda: missing_as(get), f"reading {key}")
+        return self._retry(lambda: answer_or(get), f"reading {key}")
 
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
@@ -184,28 +160,21 @@ class S3Store:
     def body(self, key: str, start: int = 0) -> Any:
         extra = {"Range": f"bytes={start}-"} if start else {}
         get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
-        if (body := self._retry(lambda: missing_as(get), f"reading {key}")) is None:
+        if (body := self._retry(lambda: answer_or(get), f"reading {key}")) is None:
             raise FileNotFoundError(f"store {self.url}: no object {key}")
         return body
 
     def create(self, key: str, data: bytes) -> bool:
-        def put() -> bool:
-            try:
-                self._object("put_object", key, Body=data, IfNoneMatch="*")
-            except botocore.exceptions.ClientError as err:
-                if error_code(err) in ("PreconditionFailed", "412"):
-                    return False
-                raise
-            return True
+        put = lambda: self._object("put_object", key, Body=data, IfNoneMatch="*") is not None  # noqa: E731
+        return bool(self._retry(lambda: answer_or(put, bool, ("PreconditionFailed", "412")), f"creating {key}"))
 
-        return self._retry(put, f"creating {key}")
-
-    def exists(self, key: str) -> bool:
-        return self.client.exists(self.location(key))
+    def exists(self, key: str) -> bool:  # one HeadObject: Luigi's probes two directory markers and lists a prefix too
+        head = lambda: self._object("head_object", key)  # noqa: E731
+        return bool(self._retry(lambda: answer_or(head, bool), f"checking {self.location(key)}"))
 
     def modified(self, key: str) -> float | None:
         head = lambda: self._object("head_object", key)["LastModified"].timestamp()  # noqa: E731
-        return self._retry(lambda: missing_as(head), f"checking {key}")
+        return self._retry(lambda: answer_or(head), f"checking {key}")
 
     def delete(self, key: str) -> None:
         self._retry(lambda: self._object("delete_object", key), f"deleting {key}")
@@ -213,43 +182,36 @@ class S3Store:
     def list(self, prefix: str, start_after: str = "") -> list[str]:
         return [entry.key for entry in self.entries(prefix, start_after)]
 
+    def _listing(self, prefix: str, **args: Any) -> tuple[Entries, float]:
+        """The objects below `prefix`, and the store's time now: the listing's Date (whole seconds)."""
+
+        def listing() -> tuple[Entries, float]:
+            found: Entries = []
+            now, pages = 0.0, self.client.api.get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix, **args):
+                found.extend(
+                    Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
+                    for obj in page.get("Contents", ())
+                )
+                if date := page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date"):
+                    now = max(now, email.utils.parsedate_to_datetime(date).timestamp())
+            return found, now
+
+        return self._retry(listing, f"listing {prefix or '/'}")
+
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
-        if start_after:
-            args["StartAfter"] = self.prefix + start_after
+        args: dict[str, Any] = {"StartAfter": self.prefix + start_after} if start_after else {}
         if limit is not None:  # no more pages than the limit needs
             args["PaginationConfig"] = {"MaxItems": limit, "PageSize": min(limit, 1000)}
-
-        def found() -> Entries:
-            return [
-                Entry(obj["Key"][len(self.prefix) :], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
-                for page in self.client.api.get_paginator("list_objects_v2").paginate(**args)
-                for obj in page.get("Contents", ())
-            ]
-
-        return sorted(self._retry(found, f"listing {prefix or '/'}"))
+        return sorted(self._listing(prefix, **args)[0])
 
     def written(self, prefix: str) -> tuple[dict[str, float], float]:
-        """Each object's LastModified and the store's time now: the Date of the listing's answer (whole
-        seconds; never before an object it lists)."""
-
-        def times() -> tuple[dict[str, float], float]:
-            found, now = {}, 0.0
-            for page in self.client.api.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix + prefix
-            ):
-                for obj in page.get("Contents", ()):
-                    found[obj["Key"][len(self.prefix) :]] = obj["LastModified"].timestamp()
-                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-                if date:
-                    now = max(now, email.utils.parsedate_to_datetime(date).timestamp())
-            return found, max([now, *found.values()])
-
-        return self._retry(times, f"listing {prefix or '/'}")
+        """Each object's LastModified, and the store's time now (never before an object it lists)."""
+        found, now = self._listing(prefix)
+        return {e.key: e.modified for e in found}, max([now, *(e.modified for e in found)])
 
     def check(self) -> None:
-        """Before a run's first request: the bucket is there and takes the credentials (one listing, not
-        retried: an endpoint that is not there fails in seconds)."""
+        """Before a run: the bucket is there and takes the credentials (one listing, not retried: fails in seconds)."""
         try:
             self.client.api.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
@@ -257,8 +219,7 @@ class S3Store:
 
 
 class ObjectReader(io.RawIOBase):
-    """An object read as a stream; an outage while reading resumes where it broke off (a ranged GET),
-    within the store's retry bound."""
+    """An object as a stream; an outage while reading resumes where it broke off (a ranged GET), within retry_s."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key, self.offset = store, key, 0
@@ -277,11 +238,10 @@ class ObjectReader(io.RawIOBase):
                 self.stream = None  # read again from here
                 raise botocore.exceptions.ConnectionError(error=f"reading {self.key} broke off") from None
             buffer[: len(data)] = data
+            self.offset += len(data)
             return len(data)
 
-        n = self.store._retry(read, f"reading {self.key}")
-        self.offset += n
-        return n
+        return self.store._retry(read, f"reading {self.key}")
 
     def close(self) -> None:
         if self.stream is not None:
@@ -290,8 +250,7 @@ class ObjectReader(io.RawIOBase):
 
 
 class ObjectWriter(luigi.target.AtomicLocalFile):
-    """Bytes spooled to a local file with no name (a killed process leaves nothing), then put whole in one
-    PutObject retried through an outage; an exception inside `with` puts nothing."""
+    """Bytes spooled to a nameless file (a killed process leaves none), then put whole in one PutObject, retried."""
 
     def __init__(self, store: S3Store, key: str) -> None:
         self.store, self.key = store, key
@@ -302,9 +261,9 @@ class ObjectWriter(luigi.target.AtomicLocalFile):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         if exc_type is None:
             self.close()
-            return
-        io.BufferedWriter.close(self)  # the spooled bytes go with the file, unsent
-        self.spooled.close()
+        else:  # the spooled bytes go with the file, unsent
+            io.BufferedWriter.close(self)
+            self.spooled.close()
 
     def close(self) -> None:
         if self.closed:
@@ -324,6 +283,9 @@ class ObjectTarget(luigi.contrib.s3.S3Target):
         super().__init__(store.location(key), format=luigi.format.Nop, client=store.client)  # type: ignore[no-untyped-call]
         self.store, self.key = store, key
 
+    def exists(self) -> bool:  # within the store's retries, so completeness checks ride out an outage
+        return self.store.exists(self.key)
+
     def open(self, mode: str = "r") -> Any:
         if mode.replace("b", "") == "w":
             return ObjectWriter(self.store, self.key)
@@ -332,9 +294,12 @@ class ObjectTarget(luigi.contrib.s3.S3Target):
         raise ValueError(f"mode must be 'r' or 'w' (got {mode!r})")
 
 
-def _after_fork_in_child() -> None:
-    for store in list(_stores):
-        store.forget_connections()
+def _forget_connections() -> None:
+    """Fresh pool managers, as botocore makes them; the old ones untouched: a parent's thread may hold their lock."""
+    for http in [s.client._s3.meta.client._endpoint.http_session for s in list(_stores) if s.client._s3]:
+        http._proxy_managers = {}
+        http._manager = PoolManager(**http._get_pool_manager_kwargs())
+        http._manager.pool_classes_by_scheme = http._pool_classes_by_scheme
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_forget_connections)

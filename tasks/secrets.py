@@ -1,6 +1,5 @@
-"""Keeping the secrets out of everything Luigi shows, logs or stores. The client puts the key only in a
-POST body; this is the second line: whatever a library writes into a message or a traceback is scrubbed
-before it is logged or handed to Luigi (whose `on_failure` text reaches luigid and its state file)."""
+"""Keeping the secrets out of everything Luigi shows, logs or stores, behind the client's key-only-in-a-POST-body: what
+a library writes into a message or traceback is scrubbed before it is logged or reaches luigid and its state file."""
 
 import logging
 import os
@@ -14,35 +13,26 @@ from urllib.parse import unquote, urlsplit
 import luigi.configuration
 
 MASK = "***"
-# Read from the environment only and masked wherever text leaves; SMTP_PASSWORD for `[smtp] password =
-# ${SMTP_PASSWORD}` (docs/alerts.md), the AWS ones the object store's (boto3's own variables).
+# From the environment only, masked wherever text leaves (`[smtp] password = ${SMTP_PASSWORD}`; AWS: boto3's own).
 SECRET_ENV: tuple[str, ...] = ("CAPTCHAAI_API_KEY", "PORTAL_PASSWORD", "ALERT_WEBHOOK_URL", "SMTP_PASSWORD")
 SECRET_ENV += ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-# Luigi's [s3] section may hold the same credentials (luigi.contrib.s3 reads them there first).
-SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")
+SECRET_S3_KEYS = ("aws_secret_access_key", "aws_session_token")  # Luigi's [s3] may hold them (read there first)
 
 
 def secrets() -> list[str]:
     """The secret values set now, longest first (so a secret containing another is masked whole)."""
     values = {os.environ.get(name, "").strip() for name in SECRET_ENV}
-    values.add(webhook_credential(os.environ.get("ALERT_WEBHOOK_URL", "").strip()))
+    # A webhook URL's credential is its path and query (Slack's /services/T../B../XXX), which libraries show alone.
+    webhook = urlsplit(os.environ.get("ALERT_WEBHOOK_URL", "").strip())
+    tail = webhook.path + (f"?{webhook.query}" if webhook.query else "")
+    values.add(tail if len(tail) >= 8 else "")  # too short to be one: none
     values.update(url_password(os.environ.get("LUIGI_SCHEDULER_URL", "").strip()))
-    cfg = luigi.configuration.get_config()
-    values |= {str(cfg.get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
+    values |= {str(luigi.configuration.get_config().get("s3", key, "") or "").strip() for key in SECRET_S3_KEYS}
     return sorted((v for v in values if v), key=len, reverse=True)
 
 
-def webhook_credential(url: str) -> str:
-    """A webhook URL's path and query, its credential (Slack's /services/T../B../XXX), which HTTP
-    libraries log and raise alone; too short to be one: nothing."""
-    parts = urlsplit(url)
-    tail = parts.path + (f"?{parts.query}" if parts.query else "")
-    return tail if len(tail) >= 8 else ""
-
-
 def url_password(url: str) -> set[str]:
-    """The password in a URL's user info, as written and percent-decoded: Luigi's retry log and
-    its RPCError print the URL as given, requests' HTTPError the URL it prepared."""
+    """A URL's user-info password, as written and percent-decoded (Luigi prints the URL as given, requests prepared)."""
     netloc = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]  # as urlsplit, which may raise
     user_info, at, _ = netloc.rpartition("@")
     password = user_info.partition(":")[2] if at else ""
@@ -50,8 +40,6 @@ def url_password(url: str) -> set[str]:
 
 
 def scrub(text: str) -> str:
-    if not text:
-        return text
     for value in secrets():
         text = text.replace(value, MASK)
     return text
@@ -82,20 +70,18 @@ def _scrubbing_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
     return record
 
 
-def _scrubbing_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-    sys.stderr.write(scrub("".join(traceback.format_exception(kind, value, tb))))
+def _scrubbing_excepthook(kind: type[BaseException], value: BaseException | None, tb: Any, head: str = "") -> None:
+    sys.stderr.write(scrub(head + "".join(traceback.format_exception(kind, value, tb))))
 
 
 def _scrubbing_thread_excepthook(args: threading.ExceptHookArgs) -> None:
     if args.exc_type is not SystemExit:
         name = args.thread.name if args.thread else "?"
-        trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-        sys.stderr.write(scrub(f"Exception in thread {name}:\n{trace}"))
+        _scrubbing_excepthook(args.exc_type, args.exc_value, args.exc_traceback, f"Exception in thread {name}:\n")
 
 
 def install_log_scrubber() -> None:
     """Scrub every log record of the process, whoever logs it, and the tracebacks Python prints itself."""
-    if logging.getLogRecordFactory() is not _scrubbing_factory:
-        logging.setLogRecordFactory(_scrubbing_factory)
+    logging.setLogRecordFactory(_scrubbing_factory)
     sys.excepthook = _scrubbing_excepthook
     threading.excepthook = _scrubbing_thread_excepthook

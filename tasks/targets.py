@@ -37,31 +37,24 @@ def store_at(where: str, retry_s: float | None = None) -> Store:
 
 
 def check_store() -> None:
-    s = store()
-    if not isinstance(s, LocalStore):
+    if not isinstance(s := store(), LocalStore):
         s.check()  # type: ignore[attr-defined]  # S3Store's
 
 
-SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path (Linux)
-MANAGER_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+TMPDIR_MAX = 107 - len("/pymp-12345678/listener-12345678")  # an AF_UNIX path's bytes (Linux), less the Manager's
 
 
 def check_tmpdir() -> None:
-    """With an object store, Luigi's completion cache (a multiprocessing.Manager) listens under TMPDIR:
-    too long a TMPDIR is a ConfigError, not a worker dying with `AF_UNIX path too long`."""
-    if not worker_settings().get("cache_task_completion"):
-        return
-    tmp = tempfile.gettempdir()
-    if len(os.fsencode(tmp)) + MANAGER_SOCKET_SUFFIX > SOCKET_PATH_MAX:
+    """An object store's completion cache listens in TMPDIR: too long is a ConfigError, not `AF_UNIX path too long`."""
+    if worker_settings().get("cache_task_completion") and len(os.fsencode(tmp := tempfile.gettempdir())) > TMPDIR_MAX:
         raise config.ConfigError(
             f"TMPDIR {tmp} is too long ({len(os.fsencode(tmp))} bytes) for the socket of Luigi's completion "
-            f"cache, which an s3:// data dir uses: give a TMPDIR of at most {SOCKET_PATH_MAX - MANAGER_SOCKET_SUFFIX} bytes"
+            f"cache, which an s3:// data dir uses: give a TMPDIR of at most {TMPDIR_MAX} bytes"
         )
 
 
 def worker_settings() -> dict[str, object]:
-    """Luigi's `[worker]` settings: in an object store, where a completeness check is a request, its
-    completion cache keeps what this run found complete, so no check is asked twice."""
+    """Luigi's [worker]: in an object store a completeness check is a request, asked once (the completion cache)."""
     return {"cache_task_completion": True} if is_remote(config.data_dir_text()) else {}
 
 
@@ -80,15 +73,12 @@ class HiddenAtomicFile(luigi.local_target.atomic_file):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         if exc_type is None:
             self.close()
-            return
-        io.BufferedWriter.close(self)  # an exception inside `with`: no file, no temporary file
-        os.unlink(self.tmp_path)
+        else:  # an exception inside `with`: no file, no temporary file
+            io.BufferedWriter.close(self)
+            os.unlink(self.tmp_path)
 
 
 class DataFile(luigi.LocalTarget):
-    def __init__(self, path: str) -> None:
-        super().__init__(path, format=luigi.format.Nop)  # type: ignore[no-untyped-call]  # Luigi leaves it unannotated
-
     def open(self, mode: str = "r") -> Any:
         if mode.replace("b", "") == "w":
             self.makedirs()
@@ -97,19 +87,16 @@ class DataFile(luigi.LocalTarget):
 
 
 def target(key: str) -> luigi.target.FileSystemTarget:
-    """How the tasks read and write their outputs: a DataFile, or an ObjectTarget on the store's own
-    client (its retries, errors and request counts)."""
-    s = store()
-    if isinstance(s, LocalStore):
-        return DataFile(s.location(key))
+    """The tasks' outputs: a DataFile, or an ObjectTarget on the store's client (its retries, errors and counts)."""
+    if isinstance(s := store(), LocalStore):
+        return DataFile(s.location(key), format=luigi.format.Nop)
     from .s3store import ObjectTarget
 
     return ObjectTarget(s, key)  # type: ignore[arg-type]  # an S3Store
 
 
-def complete_days(days: "list[datetime.date]") -> list[datetime.date]:
-    """The days whose two day objects exist, from one listing of the names the days share
-    (`portal_records_2026-06-`), not two requests per day nor a bucket's years of history."""
+def complete_days(days: list[datetime.date]) -> list[datetime.date]:
+    """The days whose two day objects exist: one listing of the names they share (`portal_records_2026-06-`)."""
     if not days:
         return []
     names = set(store().list(keys.day_objects_prefix(days)))

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ops import stopping
-from tasks.process import stops_quietly
+from tasks.base import stops_quietly
 
 
 class Kept(logging.Handler):

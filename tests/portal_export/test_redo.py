@@ -211,7 +211,7 @@ def test_breaker_open_counts_the_key_in_use(store, monkeypatch, in_env, open_for
 
 
 def test_breaker_open_counts_the_login_in_use(tmp_path, monkeypatch):
-    from tasks.login import portal_login
+    from tasks.region import portal_login
 
     store = LocalStore(tmp_path / "data")
     monkeypatch.setenv("CAPTCHAAI_API_KEY", NEW_KEY)
