@@ -2,8 +2,7 @@
 the alert's `fingerprint` from what failed and claims it with the store's conditional `create`; the first sends it.
 A claim covers every run going when it was made (the store's clock on both sides); a later run, a rerun after a fix,
 claims the chain's next generation, so the same failure again is alerted again, once. The claim comes before the
-sending: a host dying between the two loses that alert, never sends it twice.
-"""
+sending: a host dying between the two loses that alert, never sends it twice."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Every change of the cap in force, in `_state/cap-log/`, and the busy-plan verdict (`_state/plan-busy.json`, there
 while the governor has given up waiting for a usable thread: regions then fail at once with PLAN_BUSY). The names
 start with the time, so a night lists only its window, from `LOOKBACK_S` before it; the owner notes its cap again
-every `RENOTE_S`, so the cap in force at a window's start is within that lookback.
-"""
+every `RENOTE_S`, so the cap in force at a window's start is within that lookback."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 backoff, or after a submit refused for busy threads) holds a `Waiting` mark; Luigi's `captchaai` total is the cap in
 force plus the regions that wait, so a waiting region lends its slot, and the gate holds the solves in flight over
 all hosts at the cap in force (`_state/cap.json`; the configured cap without one), with no lock. A submit refused
-for busy threads spends no attempt and waits for a plan reading made after it: PLAN_BUSY after 20 periods in a row.
-"""
+for busy threads spends no attempt and waits for a plan reading made after it: PLAN_BUSY after 20 periods in a row."""
 
 from __future__ import annotations
 

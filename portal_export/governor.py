@@ -6,8 +6,7 @@ hands each new cap to `set_cap(n, reason)`. It is asymmetric:
   the cap stays, so solves starting and ending around a reading do not move it.
 - A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task CaptchaAI
   finished but we have not polled yet), and goes to the lower of the two.
-- `threadsinfo` caps working threads at the plan size: a full reading never raises the cap.
-"""
+- `threadsinfo` caps working threads at the plan size: a full reading never raises the cap."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """This deployment's solves in flight, as marks in the store that every host can see: one empty object per solve,
 `_state/inflight/<run id>-<pid>-<n>`, from before its submit to after its last poll. It counts while its process
 lives (`state.alive`); whoever lists a dead one deletes it. `poke()` asks the governor, on whichever host, for a
-plan reading at once.
-"""
+plan reading at once."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 retry-unsolvable` and healing share `set_aside`: it works from the health that judged the day, never touches regions
 that delivered, and leaves alone a region target written after that health (a redo under way elsewhere). The
 counters of `/metrics` never decrease: what a redo takes out is first written under `_state/redone/`, and
-`Redone.tally` adds it back once per attempt (its region and task ids).
-"""
+`Redone.tally` adds it back once per attempt (its region and task ids)."""
 
 from __future__ import annotations
 

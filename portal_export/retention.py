@@ -3,8 +3,7 @@ of it `keep_state_days` lets go, judged on listings alone. Never touched: output
 objects, the breaker of a credential in use (unknown: no breaker goes), a redone day's record (the counters hold it
 for good), the newest cap-log change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever
 `keep_s` is. Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
-every object is reached over the nights); `make prune` removes it all (`prune_all`).
-"""
+every object is reached over the nights); `make prune` removes it all (`prune_all`)."""
 
 from __future__ import annotations
 

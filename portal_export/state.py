@@ -1,7 +1,6 @@
 """What the state objects in the store share: reading one, its time stamp, whether a run is alive,
 a chain of numbered generations, and a serial for names. Hosts' clocks may disagree: an object's `t`
-is its writer's clock, for people and a run's own durations, never compared with another host's.
-"""
+is its writer's clock, for people and a run's own durations, never compared with another host's."""
 
 from __future__ import annotations
 

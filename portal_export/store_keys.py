@@ -1,6 +1,5 @@
 """Every key of the data dir, spelled once. Data dirs, other hosts and outside readers rely on these
-exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md.
-"""
+exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md."""
 
 from __future__ import annotations
 
