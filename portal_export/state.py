@@ -4,6 +4,7 @@ is its writer's clock, for people and a run's own durations, never compared with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -18,23 +19,17 @@ from typing import Any
 from . import store_keys
 from .store import Store, read_json
 
+Errors = tuple[type[Exception], ...]
+
 
 def read_dict(
-    store: Store,
-    key: str,
-    *,
-    unreadable: Mapping[str, Any] | None = None,
-    tolerate: tuple[type[Exception], ...] = (ValueError,),
+    store: Store, key: str, *, unreadable: Mapping[str, Any] | None = None, tolerate: Errors = (ValueError,)
 ) -> dict[str, Any] | None:
-    """The JSON dict at `key`; None when there is no object. One that is no JSON dict, or whose read
-    raised one of `tolerate`, gives a copy of `unreadable` (None by default): a foreign tool may have
-    written it, and each caller says what that means to it."""
-    try:
-        obj = read_json(store, key)
-    except tolerate:
-        return None if unreadable is None else dict(unreadable)
-    if obj is None or isinstance(obj, dict):
-        return obj
+    """The JSON dict at `key`; None when there is no object. One that is no JSON dict, or whose read raised one of
+    `tolerate`, gives a copy of `unreadable` (None by default): a foreign tool may have written it."""
+    with contextlib.suppress(*tolerate):
+        if (obj := read_json(store, key)) is None or isinstance(obj, dict):
+            return obj
     return None if unreadable is None else dict(unreadable)
 
 
@@ -59,8 +54,7 @@ RUN_ID = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})")
 
 
 def new_run_id() -> str:
-    """Hostname and pid for people, and a random part: hosts cloned from one image share a hostname,
-    and every container's CLI may be pid 3."""
+    """Hostname and pid for people, and a random part: cloned hosts share a hostname, containers' CLIs a pid."""
     return f"{this_host()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
@@ -72,8 +66,7 @@ def split_run(run: str) -> tuple[str, int] | None:
 
 @functools.cache
 def machine() -> str | None:
-    """This process's boot and PID namespace: a run whose heartbeat says the same has our pids. None
-    where /proc does not tell (then no pid is trusted)."""
+    """This boot and PID namespace: a run whose heartbeat says the same has our pids. None: /proc does not tell."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -88,7 +81,7 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's process: alive
+        pass  # someone else's process: alive
     return True
 
 
@@ -120,9 +113,8 @@ def store_now(store: Store) -> float:
 
 
 class Chain:
-    """Numbered generations under the folder `prefix`, each created once through the store's
-    conditional `create`: of two writers of one number, on any hosts, one wins. The newest is in
-    force (a lease: who owns the cap; an alert: who sent it)."""
+    """Numbered generations under `prefix`, each made by the store's conditional `create`: of two writers of one
+    number, on any hosts, one wins. The newest is in force (a lease: who owns the cap; an alert: who sent it)."""
 
     def __init__(self, store: Store, prefix: str, first: int = 0) -> None:
         self.store = store
@@ -133,20 +125,18 @@ class Chain:
         return store_keys.generation(self.prefix, n)
 
     def newest(self) -> int | None:
-        """The newest generation's number (one LIST); None when there is none yet. ValueError when a
-        `.json` object of the folder is no generation."""
+        """The newest generation's number (one LIST); None for none yet. ValueError: a `.json` is no generation."""
         found = [store_keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
         return max((n for n in found if n is not None), default=None)
 
-    def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
+    def read(self, n: int, tolerate: Errors = (ValueError,)) -> dict[str, Any] | None:
         return read_dict(self.store, self.key(n), tolerate=tolerate)
 
     def create(self, n: int, record: Mapping[str, Any]) -> bool:  # False: another writer won it
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:
-        """Delete the generations before the `keep` newest (up to `newest`), looking `reach` back:
-        blind deletes, no listing (an earlier prune took the older ones)."""
+        """Delete those before the `keep` newest, `reach` back from `newest`: no listing (earlier prunes took the rest)."""
         for n in range(max(self.first, newest - reach), newest + 1 - keep):
             self.store.delete(self.key(n))
 
@@ -155,6 +145,5 @@ _serial = itertools.count()
 
 
 def serial() -> int:
-    """A number no other call of this process gets (a forked child goes on with its parent's count:
-    names carry the pid too)."""
+    """A number no other call of this process gets (a forked child goes on counting: names carry the pid too)."""
     return next(_serial)
