@@ -136,7 +136,7 @@ class Chain:
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:
-        """Delete those before the `keep` newest, `reach` back from `newest`: no listing (earlier prunes took the rest)."""
+        """Delete the ones before the `keep` newest, looking `reach` back: no listing (earlier prunes took older)."""
         for n in range(max(self.first, newest - reach), newest + 1 - keep):
             self.store.delete(self.key(n))
 
