@@ -32,7 +32,9 @@ class Claim:
 
 def fingerprint(facts: RunFacts, kind: str) -> str:
     """The command, its days, what is missing and why: nothing of one host's own."""
-    missing = [
+    what = {"kind": kind, "command": facts.command, "days": [str(d) for d in facts.days], "stopped": facts.stopped}
+    what["slow"] = sorted(str(d) for d in facts.slow_days)
+    what["missing"] = [
         {
             "day": str(m.day),
             "regions": {region: code.removesuffix(EARLIER) for region, code in sorted(m.failed_regions.items())},
@@ -41,14 +43,6 @@ def fingerprint(facts: RunFacts, kind: str) -> str:
         }
         for m in sorted(facts.missing, key=lambda m: m.day)
     ]
-    what = {
-        "kind": kind,
-        "command": facts.command,
-        "days": [str(d) for d in facts.days],
-        "missing": missing,
-        "slow": sorted(str(d) for d in facts.slow_days),
-        "stopped": facts.stopped,
-    }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -57,8 +51,8 @@ def _claim_of(record: Mapping[str, Any], at: float, ours: bool = False) -> Claim
 
 
 def claim(store: Store, fingerprint: str, started: float, host: str, run: str = "") -> Claim:
-    """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or
-    StoreError when the store cannot say: the caller then sends (twice rather than never)."""
+    """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or StoreError when
+    the store cannot say: the caller then sends (twice rather than never)."""
     chain = Chain(store, store_keys.alert_claims(fingerprint))
 
     def made(n: int) -> float:

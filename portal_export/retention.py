@@ -59,8 +59,7 @@ class Policy:
         return self.now - self.keep_s
 
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
-        """The keys of `found` (a listing of `kind`) that may go; `complete`: the listing ran to its
-        end, so its last lease chain is whole."""
+        """The keys of `found` (a listing of `kind`) that may go; `complete`: it ran to its end (last chain whole)."""
         old = [e.key for e in found if e.modified < self.cutoff]
         if kind is CAP_LOG:
             return self._cap_log(found)
@@ -111,8 +110,8 @@ def live_runs(store: Store) -> set[str]:
 
 
 def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) -> Iterator[tuple[list[Entry], bool]]:
-    """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random
-    point, wrapping round to its start (a chain's names share its hash: the point splits none)."""
+    """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random point, wrapping
+    round to its start (a chain's names share its hash: the point splits none)."""
     if not kind.hashed:
         found = store.entries(kind.prefix, limit=batch)
         yield found, len(found) < batch
@@ -155,8 +154,7 @@ def prune_all(
     batch: int = 1000,
     say: Callable[[Kind, list[str]], None] | None = None,
 ) -> dict[str, int]:
-    """Everything `policy` lets go, a listing of `batch` objects at a time (`delete=False`: only
-    counted and said). Returns what went by kind."""
+    """Everything `policy` lets go, `batch` listed at a time (`delete=False`: only counted and said), by kind."""
     done: dict[str, int] = {}
     for kind in KINDS:
         if kind is OTHER:
