@@ -32,8 +32,8 @@ class Claim:
 
 def fingerprint(facts: RunFacts, kind: str) -> str:
     """The command, its days, what is missing and why: nothing of one host's own."""
-    what = {"kind": kind, "command": facts.command, "days": [str(d) for d in facts.days], "stopped": facts.stopped}
-    what["slow"] = sorted(str(d) for d in facts.slow_days)
+    what: dict[str, Any] = {"kind": kind, "command": facts.command, "stopped": facts.stopped}
+    what |= {"days": [str(d) for d in facts.days], "slow": sorted(str(d) for d in facts.slow_days)}
     what["missing"] = [
         {
             "day": str(m.day),
