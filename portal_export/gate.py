@@ -23,6 +23,10 @@ from .store import Store, write_json
 BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
+def plan_busy(reason: str) -> PermanentError:
+    return PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
+
+
 class Waiting(Marks):
     kind = "waiting"
 
@@ -33,8 +37,7 @@ class Waiting(Marks):
 
 
 class CapInForce:
-    """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it,
-    honoured only while that run is alive."""
+    """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it, while it lives."""
 
     def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
@@ -98,11 +101,11 @@ class Gate:
         self._busy_checked = now
         if (busy := self.caplog.busy()) is not None:
             reason = busy.get("reason", "no plan thread usable")
-            raise PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
+            raise plan_busy(reason)
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
-        """Mark first, then count: of cap + 1 solves that mark at once, the last to create its mark
-        lists every other one and withdraws. No lock: a LIST shows every write completed before it."""
+        """Mark, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws. No
+        lock: a LIST shows every write completed before it."""
         if (cap := self.cap()) <= 0:
             return False
         key = self.inflight.mark()
@@ -154,8 +157,4 @@ class Gate:
                         break
                 self.sleep(self.step_s)
         if self.clock() >= deadline:
-            raise PermanentError(
-                "PLAN_BUSY",
-                f"no plan thread usable for {self.clock() - busy_since:.0f} s: {detail} "
-                "(CaptchaAI plan of this key; rerun once it frees)",
-            )
+            raise plan_busy(f"no plan thread usable for {self.clock() - busy_since:.0f} s: {detail}")

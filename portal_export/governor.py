@@ -22,9 +22,7 @@ from .errors import ExportError
 
 log = logging.getLogger(__name__)
 
-# Cap 0 for this many periods and the waiting regions fail with PLAN_BUSY: a busy plan shows as a
-# failed run, not a hung one.
-ZERO_CAP_PERIODS = 20
+ZERO_CAP_PERIODS = 20  # then waiting regions fail with PLAN_BUSY: a busy plan shows as a failed run, not a hung one
 
 
 @dataclass(frozen=True)
@@ -115,8 +113,7 @@ class Governor:
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def read(self, seen: tuple[int, int] | None = None) -> Decision | None:
-        """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`:
-        (threads, working) just read by someone else."""
+        """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`: (threads, working)."""
         before = self.signals.prune_dead()
         try:
             threads, working = seen if seen is not None else self.plan.threads()

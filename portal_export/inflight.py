@@ -87,8 +87,7 @@ class InFlight(Marks):
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
-        """When the last poke was (0 for none); read at most every `step_s`, on an object store every
-        second (the governor asks every 0.1 s, and refused submits are rare)."""
+        """When the last poke was (0: none); read every `step_s`, on an object store every second (asked often)."""
         value, read_at = self._poke_seen
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
