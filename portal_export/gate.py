@@ -137,10 +137,9 @@ class Gate:
     def after_refusal(
         self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
-        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's `read_at` changes:
-        compared, never with this host's clock), or, when nobody follows the plan, read it through `plan` every
-        `every_s` until a thread is free; one plan period at most. PLAN_BUSY once refused for the deadline in a row.
-        Under a fixed cap the region keeps its slot: another region's submit would be refused too."""
+        """After a submit refused for busy threads: wait for a newer plan reading (its `read_at` changes, never compared
+        with this host's clock) or, nobody following the plan, read `plan` every `every_s` until a thread is free; one
+        period at most, PLAN_BUSY at the deadline. A fixed cap keeps the slot: another submit would be refused too."""
         deadline = busy_since + ZERO_CAP_PERIODS * self.plan_every_s
         before = self.cap_file.read()
         with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():

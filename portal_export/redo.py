@@ -6,6 +6,7 @@ counters of `/metrics` never decrease: what a redo takes out is first written un
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import secrets
@@ -123,7 +124,7 @@ class Tally:
         """From regions' entries of a health record (garbled ones count nothing)."""
         t = cls()
         for e in entries:
-            try:
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
                 one = cls(
                     solved=int(e.get("status") == "ok"),
                     unsolvable=int(e.get("status") == "unsolvable"),
@@ -132,9 +133,7 @@ class Tally:
                     busy_waits=int(e.get("busy_waits") or 0),
                     transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
                 )
-            except (AttributeError, TypeError, ValueError):
-                continue
-            t.add(one)
+                t.add(one)
         return t
 
 

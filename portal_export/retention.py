@@ -79,12 +79,8 @@ class Policy:
 
     def _cap_log(self, found: list[Entry]) -> list[str]:
         """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
-        out = []
-        for entry in found[:-1]:
-            parsed = store_keys.cap_change_of(entry.key)  # None: not one of ours
-            if parsed is not None and parsed[0] < self.cutoff and parsed[3] not in self.live_runs:
-                out.append(entry.key)
-        return out
+        changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
+        return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
 
     def _leases(self, found: list[Entry], complete: bool) -> list[str]:
         """Old generations; a chain's newest only when no run has a heartbeat and it was listed whole."""

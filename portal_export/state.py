@@ -92,10 +92,9 @@ def alive(
     pid: int | None = None,
     here: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """The one verdict on whether `run` (or, given `pid`, that process of it) still goes. `age`: seconds since its
-    heartbeat on the store's clock (None: none); `here`: it runs in this boot and PID namespace; each is asked at
-    most once, only when needed (they may be requests). Here, the pid tells (exact, at once), and a whole run also
-    needs its heartbeat (an ended run deleted it); elsewhere, a heartbeat younger than `ttl` (a dead host stops)."""
+    """Whether `run` (or its process `pid`) still goes. `age`: seconds since its heartbeat, store's clock (None: none);
+    `here`: it runs in this boot and PID namespace; each asked once at most, when needed (they may be requests). Here,
+    the pid tells, and a whole run needs its heartbeat too (an ended run deleted it); elsewhere, an age under `ttl`."""
     where = split_run(run)
     if where is None:
         return False
