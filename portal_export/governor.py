@@ -1,12 +1,10 @@
-"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold). `decide` is the
-policy, a pure function; `Governor` reads the plan every period (and at once after a submit refused as busy) and
-hands each new cap to `set_cap(n, reason)`. It is asymmetric:
-- Own solves are counted just before and after `threadsinfo` answers (`own`: in either count, `steady`: in both).
-  Others hold at least working - own (a lowering, at once) and, for a rise, working - steady; between the two
-  the cap stays, so solves starting and ending around a reading do not move it.
-- A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task CaptchaAI
-  finished but we have not polled yet), and goes to the lower of the two.
-- `threadsinfo` caps working threads at the plan size: a full reading never raises the cap."""
+"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold). `decide` is the policy,
+a pure function; `Governor` reads the plan every period (at once after a busy refusal) and hands each new cap to
+`set_cap(n, reason)`. Asymmetric: own solves are counted just before and after `threadsinfo` answers (`own`: in either
+count, `steady`: in both); others hold at least working - own (a lowering, at once) and, for a rise, working - steady,
+so solves starting and ending around a reading do not move it. A rise needs two readings in a row that allow it, half
+a period apart (`steady` may hold a task CaptchaAI finished but we have not polled), and goes to the lower of the two.
+`threadsinfo` caps working threads at the plan size: a full reading never raises the cap."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """What the data dir keeps for itself besides the outputs (`_state/` and the failure records, by `KINDS`), and what
-of it `keep_state_days` lets go, judged on listings alone. Never touched: outputs and region targets, a live run's
-objects, the breaker of a credential in use (unknown: no breaker goes), a redone day's record (the counters hold it
-for good), the newest cap-log change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever
-`keep_s` is. Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
-every object is reached over the nights); `make prune` removes it all (`prune_all`)."""
+of it `keep_state_days` lets go, judged on listings alone. Never touched: outputs, region targets, a live run's objects,
+a credential's breaker in use (unknown: none goes), a redone day's record (counted for good), the newest cap-log
+change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever `keep_s`. Runs prune a bounded
+batch each (`prune_some`, hashed kinds from a random point: all reached over nights); `make prune` all (`prune_all`)."""
 
 from __future__ import annotations
 
