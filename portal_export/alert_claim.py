@@ -2,8 +2,7 @@
 the alert's `fingerprint` from what failed and claims it with the store's conditional `create`; the first sends it.
 A claim covers every run going when it was made (the store's clock on both sides); a later run, a rerun after a fix,
 claims the chain's next generation, so the same failure again is alerted again, once. The claim comes before the
-sending: a host dying between the two loses that alert, never sends it twice.
-"""
+sending: a host dying between the two loses that alert, never sends it twice."""
 
 from __future__ import annotations
 
@@ -33,7 +32,9 @@ class Claim:
 
 def fingerprint(facts: RunFacts, kind: str) -> str:
     """The command, its days, what is missing and why: nothing of one host's own."""
-    missing = [
+    what: dict[str, Any] = {"kind": kind, "command": facts.command, "stopped": facts.stopped}
+    what |= {"days": [str(d) for d in facts.days], "slow": sorted(str(d) for d in facts.slow_days)}
+    what["missing"] = [
         {
             "day": str(m.day),
             "regions": {region: code.removesuffix(EARLIER) for region, code in sorted(m.failed_regions.items())},
@@ -42,14 +43,6 @@ def fingerprint(facts: RunFacts, kind: str) -> str:
         }
         for m in sorted(facts.missing, key=lambda m: m.day)
     ]
-    what = {
-        "kind": kind,
-        "command": facts.command,
-        "days": [str(d) for d in facts.days],
-        "missing": missing,
-        "slow": sorted(str(d) for d in facts.slow_days),
-        "stopped": facts.stopped,
-    }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -58,8 +51,8 @@ def _claim_of(record: Mapping[str, Any], at: float, ours: bool = False) -> Claim
 
 
 def claim(store: Store, fingerprint: str, started: float, host: str, run: str = "") -> Claim:
-    """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or
-    StoreError when the store cannot say: the caller then sends (twice rather than never)."""
+    """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or StoreError when
+    the store cannot say: the caller then sends (twice rather than never)."""
     chain = Chain(store, store_keys.alert_claims(fingerprint))
 
     def made(n: int) -> float:

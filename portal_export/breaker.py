@@ -56,8 +56,7 @@ class KeyBreaker:
     @staticmethod
     def clear(store: Store) -> list[str]:
         """Remove every breaker; returns the codes that had tripped them."""
-        codes: list[str] = []
-        for key, code in KeyBreaker._open(store):
-            codes.append(code or "?")
+        found = KeyBreaker._open(store)
+        for key, _ in found:
             store.delete(key)
-        return codes
+        return [code or "?" for _, code in found]

@@ -1,8 +1,7 @@
 """Every change of the cap in force, in `_state/cap-log/`, and the busy-plan verdict (`_state/plan-busy.json`, there
 while the governor has given up waiting for a usable thread: regions then fail at once with PLAN_BUSY). The names
 start with the time, so a night lists only its window, from `LOOKBACK_S` before it; the owner notes its cap again
-every `RENOTE_S`, so the cap in force at a window's start is within that lookback.
-"""
+every `RENOTE_S`, so the cap in force at a window's start is within that lookback."""
 
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ def seconds_below(changes: Iterable[Change], start: float, end: float) -> float:
 
 
 class CapLog:
-    """One object per change (a store has no append, and hosts must not overwrite each other's),
-    whose name carries what `seconds_below` needs: counting costs one listing, no reads."""
+    """One object per change (a store has no append; hosts must not overwrite each other's), its name carrying what
+    `seconds_below` needs: counting costs one listing, no reads."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -60,8 +59,7 @@ class CapLog:
             self.note(cap, configured, "still in force", run)
 
     def _keys(self, since: float | None) -> list[tuple[Change, str]]:
-        """The changes from `LOOKBACK_S` before `since` on (all when None) and their keys, in the
-        order the store took them: its clock, not the hosts'."""
+        """The changes from `LOOKBACK_S` before `since` on (all when None) and their keys, in the store's order."""
         out: list[tuple[float, Change, str]] = []
         start_after = "" if since is None else store_keys.cap_changes_from(since - LOOKBACK_S)
         for key, _, at in self.store.entries(store_keys.CAP_LOG, start_after):

@@ -2,8 +2,7 @@
 child for ever (Python re-initialises its import and logging locks, not a stream's or a C library's,
 such as getaddrinfo's or OpenSSL's). Background threads hold `guard` around each step that writes
 output or talks HTTP, and every fork waits for it. Hooks registered later run first before a fork:
-this one runs before logging's, so a step that logs cannot deadlock a fork.
-"""
+this one runs before logging's, so a step that logs cannot deadlock a fork."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 backoff, or after a submit refused for busy threads) holds a `Waiting` mark; Luigi's `captchaai` total is the cap in
 force plus the regions that wait, so a waiting region lends its slot, and the gate holds the solves in flight over
 all hosts at the cap in force (`_state/cap.json`; the configured cap without one), with no lock. A submit refused
-for busy threads spends no attempt and waits for a plan reading made after it: PLAN_BUSY after 20 periods in a row.
-"""
+for busy threads spends no attempt and waits for a plan reading made after it: PLAN_BUSY after 20 periods in a row."""
 
 from __future__ import annotations
 
@@ -24,6 +23,10 @@ from .store import Store, write_json
 BUSY_EVERY_S = 0.5  # how often a wait looks for the busy verdict
 
 
+def plan_busy(reason: str) -> PermanentError:
+    return PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
+
+
 class Waiting(Marks):
     kind = "waiting"
 
@@ -34,8 +37,7 @@ class Waiting(Marks):
 
 
 class CapInForce:
-    """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it,
-    honoured only while that run is alive."""
+    """`_state/cap.json`: the cap in force, its reading's id (`read_at`) and the run that set it, while it lives."""
 
     def __init__(self, store: Store, runs: Runs | None = None) -> None:
         self.store = store
@@ -99,11 +101,11 @@ class Gate:
         self._busy_checked = now
         if (busy := self.caplog.busy()) is not None:
             reason = busy.get("reason", "no plan thread usable")
-            raise PermanentError("PLAN_BUSY", f"{reason} (CaptchaAI plan of this key; rerun once it frees)")
+            raise plan_busy(reason)
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
-        """Mark first, then count: of cap + 1 solves that mark at once, the last to create its mark
-        lists every other one and withdraws. No lock: a LIST shows every write completed before it."""
+        """Mark, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws. No
+        lock: a LIST shows every write completed before it."""
         if (cap := self.cap()) <= 0:
             return False
         key = self.inflight.mark()
@@ -135,10 +137,9 @@ class Gate:
     def after_refusal(
         self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
-        """A submit was refused for busy threads: wait for a plan reading made after it (its owner's `read_at` changes:
-        compared, never with this host's clock), or, when nobody follows the plan, read it through `plan` every
-        `every_s` until a thread is free; one plan period at most. PLAN_BUSY once refused for the deadline in a row.
-        Under a fixed cap the region keeps its slot: another region's submit would be refused too."""
+        """After a submit refused for busy threads: wait for a newer plan reading (its `read_at` changes, never compared
+        with this host's clock) or, nobody following the plan, read `plan` every `every_s` until a thread is free; one
+        period at most, PLAN_BUSY at the deadline. A fixed cap keeps the slot: another submit would be refused too."""
         deadline = busy_since + ZERO_CAP_PERIODS * self.plan_every_s
         before = self.cap_file.read()
         with self.waiting.marked() if self.follows_plan else contextlib.nullcontext():
@@ -155,8 +156,4 @@ class Gate:
                         break
                 self.sleep(self.step_s)
         if self.clock() >= deadline:
-            raise PermanentError(
-                "PLAN_BUSY",
-                f"no plan thread usable for {self.clock() - busy_since:.0f} s: {detail} "
-                "(CaptchaAI plan of this key; rerun once it frees)",
-            )
+            raise plan_busy(f"no plan thread usable for {self.clock() - busy_since:.0f} s: {detail}")

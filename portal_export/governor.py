@@ -1,13 +1,10 @@
-"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold). `decide` is the
-policy, a pure function; `Governor` reads the plan every period (and at once after a submit refused as busy) and
-hands each new cap to `set_cap(n, reason)`. It is asymmetric:
-- Own solves are counted just before and after `threadsinfo` answers (`own`: in either count, `steady`: in both).
-  Others hold at least working - own (a lowering, at once) and, for a rise, working - steady; between the two
-  the cap stays, so solves starting and ending around a reading do not move it.
-- A rise needs two readings in a row that allow it, half a period apart (`steady` may hold a task CaptchaAI
-  finished but we have not polled yet), and goes to the lower of the two.
-- `threadsinfo` caps working threads at the plan size: a full reading never raises the cap.
-"""
+"""The cap follows the plan: cap = min(configured, plan threads - spare - threads others hold). `decide` is the policy,
+a pure function; `Governor` reads the plan every period (at once after a busy refusal) and hands each new cap to
+`set_cap(n, reason)`. Asymmetric: own solves are counted just before and after `threadsinfo` answers (`own`: in either
+count, `steady`: in both); others hold at least working - own (a lowering, at once) and, for a rise, working - steady,
+so solves starting and ending around a reading do not move it. A rise needs two readings in a row that allow it, half
+a period apart (`steady` may hold a task CaptchaAI finished but we have not polled), and goes to the lower of the two.
+`threadsinfo` caps working threads at the plan size: a full reading never raises the cap."""
 
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ from .errors import ExportError
 
 log = logging.getLogger(__name__)
 
-# Cap 0 for this many periods and the waiting regions fail with PLAN_BUSY: a busy plan shows as a
-# failed run, not a hung one.
-ZERO_CAP_PERIODS = 20
+ZERO_CAP_PERIODS = 20  # then waiting regions fail with PLAN_BUSY: a busy plan shows as a failed run, not a hung one
 
 
 @dataclass(frozen=True)
@@ -116,8 +111,7 @@ class Governor:
     _thread: threading.Thread | None = field(default=None, init=False)
 
     def read(self, seen: tuple[int, int] | None = None) -> Decision | None:
-        """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`:
-        (threads, working) just read by someone else."""
+        """One reading and its decision, applied; None when CaptchaAI did not answer. `seen`: (threads, working)."""
         before = self.signals.prune_dead()
         try:
             threads, working = seen if seen is not None else self.plan.threads()

@@ -1,8 +1,7 @@
 """This deployment's solves in flight, as marks in the store that every host can see: one empty object per solve,
 `_state/inflight/<run id>-<pid>-<n>`, from before its submit to after its last poll. It counts while its process
 lives (`state.alive`); whoever lists a dead one deletes it. `poke()` asks the governor, on whichever host, for a
-plan reading at once.
-"""
+plan reading at once."""
 
 from __future__ import annotations
 
@@ -88,8 +87,7 @@ class InFlight(Marks):
         self._poke_seen = (0.0, -float("inf"))
 
     def last_poke(self) -> float:
-        """When the last poke was (0 for none); read at most every `step_s`, on an object store every
-        second (the governor asks every 0.1 s, and refused submits are rare)."""
+        """When the last poke was (0: none); read every `step_s`, on an object store every second (asked often)."""
         value, read_at = self._poke_seen
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):

@@ -1,8 +1,7 @@
 """One owner of the cap per deployment: `_state/governor/<scheduler key>/<gen:08d>.json` = {"run", "t"}. The newest
 generation's run owns the cap while it is alive. A contender creates generation n + 1 only when generation n's run
 is dead (`create` is conditional: one wins); an owner that finds a newer generation steps down, so two runs set the
-cap for one heartbeat at most.
-"""
+cap for one heartbeat at most."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 retry-unsolvable` and healing share `set_aside`: it works from the health that judged the day, never touches regions
 that delivered, and leaves alone a region target written after that health (a redo under way elsewhere). The
 counters of `/metrics` never decrease: what a redo takes out is first written under `_state/redone/`, and
-`Redone.tally` adds it back once per attempt (its region and task ids).
-"""
+`Redone.tally` adds it back once per attempt (its region and task ids)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import secrets
@@ -23,6 +23,7 @@ from .state import stamped
 from .store import Store, write_json
 
 Attempt = tuple[str, tuple[str, ...]]  # (region, CaptchaAI task ids): one attempt at a region
+Judged = tuple[dict[str, Any], float, bool]
 
 
 def new_stamp(now: datetime.datetime | None = None) -> str:
@@ -40,11 +41,9 @@ class Outcome:
     failed_at: float | None = None  # when the day's regions were last written (None: no health judged it)
 
 
-def judged(
-    store: Store, day: datetime.date, times: Mapping[str, float], complete_too: bool
-) -> tuple[dict[str, Any], float, bool] | None:
-    """(the health that judged the day, when it was written, whether the day is complete); None when
-    none did. `complete_too`: a complete day's health counts too (retry-unsolvable)."""
+def judged(store: Store, day: datetime.date, times: Mapping[str, float], complete_too: bool) -> Judged | None:
+    """(the health that judged the day, when written, whether the day is complete); None when none did.
+    `complete_too`: a complete day's health counts too (retry-unsolvable)."""
     if complete_too:
         health = read_health(store, keys.day_health(day))
         written = store.modified(keys.day_health(day))
@@ -55,10 +54,12 @@ def judged(
     return None if health is None or written is None else (health, written, False)
 
 
-def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float | None, judged_at: float) -> bool:
-    """The region target at `key` is the attempt `entry` of the health written at `judged_at`: older,
-    or of the same second (an object store's times are whole seconds) with the same task ids."""
-    if written is None or written > judged_at:
+def judged_by(store: Store, key: str, entry: Any, times: Mapping[str, float], judged_at: float) -> bool:
+    """The target at `key` (written at `times[key]`) is the unsolvable attempt `entry` of the health written at
+    `judged_at`: older, or of the same second (an object store's times are whole seconds) with the same task ids."""
+    if not isinstance(entry, dict) or entry.get("status") != "unsolvable":
+        return False
+    if (written := times.get(key)) is None or written > judged_at:
         return False
     if written < judged_at:
         return True
@@ -72,10 +73,9 @@ def judged_by(store: Store, key: str, entry: Mapping[str, Any], written: float |
 def set_aside(
     store: Store, day: datetime.date, regions: Sequence[str], *, older_than_s: float = 0.0, complete_too: bool = False
 ) -> Outcome:
-    """Set aside the unsolvable regions of the health that judged `day`, if it failed `older_than_s`
-    ago: a record for the counters first, then each target copied beside itself and removed, then a
-    complete day's files. Safe on several hosts at once. The day failed when its regions were last
-    written: every run validates them again, rewriting `failed.health.json`."""
+    """Set aside the unsolvable regions of the health that judged `day`, if it failed `older_than_s` ago: a record for
+    the counters first, then each target copied beside itself and removed, then a complete day's files. Safe on
+    several hosts at once. The day failed when its regions were last written (each run rewrites its failed health)."""
     times, now = store.written(keys.region_dir(day))
     found = judged(store, day, times, complete_too)
     if found is None:
@@ -85,13 +85,7 @@ def set_aside(
     failed_at = max((times[k] for k in (keys.region(day, r) for r in entries) if k in times), default=judged_at)
     if now - failed_at < older_than_s:
         return Outcome([], failed_at=failed_at)
-    unsolvable = [
-        r
-        for r in regions
-        if isinstance(entries.get(r), dict)
-        and entries[r].get("status") == "unsolvable"
-        and judged_by(store, keys.region(day, r), entries[r], times.get(keys.region(day, r)), judged_at)
-    ]
+    unsolvable = [r for r in regions if judged_by(store, keys.region(day, r), entries.get(r), times, judged_at)]
     if not unsolvable:
         return Outcome([], failed_at=failed_at)
     stamp = new_stamp()
@@ -130,7 +124,7 @@ class Tally:
         """From regions' entries of a health record (garbled ones count nothing)."""
         t = cls()
         for e in entries:
-            try:
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
                 one = cls(
                     solved=int(e.get("status") == "ok"),
                     unsolvable=int(e.get("status") == "unsolvable"),
@@ -139,9 +133,7 @@ class Tally:
                     busy_waits=int(e.get("busy_waits") or 0),
                     transient_errors=Counter(str(c) for c in e.get("transient_errors") or ()),
                 )
-            except (AttributeError, TypeError, ValueError):
-                continue
-            t.add(one)
+                t.add(one)
         return t
 
 
@@ -162,9 +154,8 @@ class Redone:
         return any(r.get("was_complete") is True for r in self.records)
 
     def tally(self, held: Collection[Attempt] | None) -> Tally | None:
-        """What the records add to the counters: the attempts the complete day's health does not hold
-        (`held`; None while it is rebuilt: then the regions its last complete state kept count too).
-        None: the day never was complete."""
+        """What the records add to the counters: the attempts the complete day's health (`held`) does not hold; None
+        while it is rebuilt, then the regions its last complete state kept count too. None: never complete."""
         if held is None and not self.was_complete:
             return None
         seen: dict[Attempt, Mapping[str, Any]] = {}

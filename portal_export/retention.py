@@ -1,10 +1,8 @@
 """What the data dir keeps for itself besides the outputs (`_state/` and the failure records, by `KINDS`), and what
-of it `keep_state_days` lets go, judged on listings alone. Never touched: outputs and region targets, a live run's
-objects, the breaker of a credential in use (unknown: no breaker goes), a redone day's record (the counters hold it
-for good), the newest cap-log change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever
-`keep_s` is. Runs prune a bounded batch each (`prune_some`: from a random point of the kinds named by hashes, so
-every object is reached over the nights); `make prune` removes it all (`prune_all`).
-"""
+of it `keep_state_days` lets go, judged on listings alone. Never touched: outputs, region targets, a live run's objects,
+a credential's breaker in use (unknown: none goes), a redone day's record (counted for good), the newest cap-log
+change. Heartbeats and marks older than `LIVE_FLOOR_S` are no live run's, whatever `keep_s`. Runs prune a bounded
+batch each (`prune_some`, hashed kinds from a random point: all reached over nights); `make prune` all (`prune_all`)."""
 
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ class Policy:
         return self.now - self.keep_s
 
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
-        """The keys of `found` (a listing of `kind`) that may go; `complete`: the listing ran to its
-        end, so its last lease chain is whole."""
+        """The keys of `found` (a listing of `kind`) that may go; `complete`: it ran to its end (last chain whole)."""
         old = [e.key for e in found if e.modified < self.cutoff]
         if kind is CAP_LOG:
             return self._cap_log(found)
@@ -81,12 +78,8 @@ class Policy:
 
     def _cap_log(self, found: list[Entry]) -> list[str]:
         """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
-        out = []
-        for entry in found[:-1]:
-            parsed = store_keys.cap_change_of(entry.key)  # None: not one of ours
-            if parsed is not None and parsed[0] < self.cutoff and parsed[3] not in self.live_runs:
-                out.append(entry.key)
-        return out
+        changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
+        return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
 
     def _leases(self, found: list[Entry], complete: bool) -> list[str]:
         """Old generations; a chain's newest only when no run has a heartbeat and it was listed whole."""
@@ -112,8 +105,8 @@ def live_runs(store: Store) -> set[str]:
 
 
 def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) -> Iterator[tuple[list[Entry], bool]]:
-    """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random
-    point, wrapping round to its start (a chain's names share its hash: the point splits none)."""
+    """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random point, wrapping
+    round to its start (a chain's names share its hash: the point splits none)."""
     if not kind.hashed:
         found = store.entries(kind.prefix, limit=batch)
         yield found, len(found) < batch
@@ -156,8 +149,7 @@ def prune_all(
     batch: int = 1000,
     say: Callable[[Kind, list[str]], None] | None = None,
 ) -> dict[str, int]:
-    """Everything `policy` lets go, a listing of `batch` objects at a time (`delete=False`: only
-    counted and said). Returns what went by kind."""
+    """Everything `policy` lets go, `batch` listed at a time (`delete=False`: only counted and said), by kind."""
     done: dict[str, int] = {}
     for kind in KINDS:
         if kind is OTHER:

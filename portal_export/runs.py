@@ -1,8 +1,7 @@
 """The CLI runs of a deployment, and which of them still go: `_state/runs/<run id>.json`. A run (its CLI process;
 the tasks it forks learn its id from `RUN_ENV`) writes its heartbeat, `{"t", "where": its boot and PID namespace,
 ...}`, at its start and every `heartbeat_s`, and deletes it at its end. Its ages are read on the store's clock (the
-objects' last-modified times against the store's time now), so hosts whose clocks disagree agree on which runs go.
-"""
+objects' last-modified times against the store's time now), so hosts whose clocks disagree agree on which runs go."""
 
 from __future__ import annotations
 

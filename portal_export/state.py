@@ -1,10 +1,10 @@
 """What the state objects in the store share: reading one, its time stamp, whether a run is alive,
 a chain of numbered generations, and a serial for names. Hosts' clocks may disagree: an object's `t`
-is its writer's clock, for people and a run's own durations, never compared with another host's.
-"""
+is its writer's clock, for people and a run's own durations, never compared with another host's."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -19,23 +19,17 @@ from typing import Any
 from . import store_keys
 from .store import Store, read_json
 
+Errors = tuple[type[Exception], ...]
+
 
 def read_dict(
-    store: Store,
-    key: str,
-    *,
-    unreadable: Mapping[str, Any] | None = None,
-    tolerate: tuple[type[Exception], ...] = (ValueError,),
+    store: Store, key: str, *, unreadable: Mapping[str, Any] | None = None, tolerate: Errors = (ValueError,)
 ) -> dict[str, Any] | None:
-    """The JSON dict at `key`; None when there is no object. One that is no JSON dict, or whose read
-    raised one of `tolerate`, gives a copy of `unreadable` (None by default): a foreign tool may have
-    written it, and each caller says what that means to it."""
-    try:
-        obj = read_json(store, key)
-    except tolerate:
-        return None if unreadable is None else dict(unreadable)
-    if obj is None or isinstance(obj, dict):
-        return obj
+    """The JSON dict at `key`; None when there is no object. One that is no JSON dict, or whose read raised one of
+    `tolerate`, gives a copy of `unreadable` (None by default): a foreign tool may have written it."""
+    with contextlib.suppress(*tolerate):
+        if (obj := read_json(store, key)) is None or isinstance(obj, dict):
+            return obj
     return None if unreadable is None else dict(unreadable)
 
 
@@ -60,8 +54,7 @@ RUN_ID = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})")
 
 
 def new_run_id() -> str:
-    """Hostname and pid for people, and a random part: hosts cloned from one image share a hostname,
-    and every container's CLI may be pid 3."""
+    """Hostname and pid for people, and a random part: cloned hosts share a hostname, containers' CLIs a pid."""
     return f"{this_host()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
@@ -73,8 +66,7 @@ def split_run(run: str) -> tuple[str, int] | None:
 
 @functools.cache
 def machine() -> str | None:
-    """This process's boot and PID namespace: a run whose heartbeat says the same has our pids. None
-    where /proc does not tell (then no pid is trusted)."""
+    """This boot and PID namespace: a run whose heartbeat says the same has our pids. None: /proc does not tell."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
@@ -89,7 +81,7 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's process: alive
+        pass  # someone else's process: alive
     return True
 
 
@@ -100,10 +92,9 @@ def alive(
     pid: int | None = None,
     here: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """The one verdict on whether `run` (or, given `pid`, that process of it) still goes. `age`: seconds since its
-    heartbeat on the store's clock (None: none); `here`: it runs in this boot and PID namespace; each is asked at
-    most once, only when needed (they may be requests). Here, the pid tells (exact, at once), and a whole run also
-    needs its heartbeat (an ended run deleted it); elsewhere, a heartbeat younger than `ttl` (a dead host stops)."""
+    """Whether `run` (or its process `pid`) still goes. `age`: seconds since its heartbeat, store's clock (None: none);
+    `here`: it runs in this boot and PID namespace; each asked once at most, when needed (they may be requests). Here,
+    the pid tells, and a whole run needs its heartbeat too (an ended run deleted it); elsewhere, an age under `ttl`."""
     where = split_run(run)
     if where is None:
         return False
@@ -121,9 +112,8 @@ def store_now(store: Store) -> float:
 
 
 class Chain:
-    """Numbered generations under the folder `prefix`, each created once through the store's
-    conditional `create`: of two writers of one number, on any hosts, one wins. The newest is in
-    force (a lease: who owns the cap; an alert: who sent it)."""
+    """Numbered generations under `prefix`, each made by the store's conditional `create`: of two writers of one
+    number, on any hosts, one wins. The newest is in force (a lease: who owns the cap; an alert: who sent it)."""
 
     def __init__(self, store: Store, prefix: str, first: int = 0) -> None:
         self.store = store
@@ -134,20 +124,18 @@ class Chain:
         return store_keys.generation(self.prefix, n)
 
     def newest(self) -> int | None:
-        """The newest generation's number (one LIST); None when there is none yet. ValueError when a
-        `.json` object of the folder is no generation."""
+        """The newest generation's number (one LIST); None for none yet. ValueError: a `.json` is no generation."""
         found = [store_keys.generation_of(self.prefix, key) for key in self.store.list(self.prefix)]
         return max((n for n in found if n is not None), default=None)
 
-    def read(self, n: int, tolerate: tuple[type[Exception], ...] = (ValueError,)) -> dict[str, Any] | None:
+    def read(self, n: int, tolerate: Errors = (ValueError,)) -> dict[str, Any] | None:
         return read_dict(self.store, self.key(n), tolerate=tolerate)
 
     def create(self, n: int, record: Mapping[str, Any]) -> bool:  # False: another writer won it
         return self.store.create(self.key(n), json.dumps(record).encode())
 
     def prune(self, newest: int, keep: int, reach: int = 10) -> None:
-        """Delete the generations before the `keep` newest (up to `newest`), looking `reach` back:
-        blind deletes, no listing (an earlier prune took the older ones)."""
+        """Delete the ones before the `keep` newest, looking `reach` back: no listing (earlier prunes took older)."""
         for n in range(max(self.first, newest - reach), newest + 1 - keep):
             self.store.delete(self.key(n))
 
@@ -156,6 +144,5 @@ _serial = itertools.count()
 
 
 def serial() -> int:
-    """A number no other call of this process gets (a forked child goes on with its parent's count:
-    names carry the pid too)."""
+    """A number no other call of this process gets (a forked child goes on counting: names carry the pid too)."""
     return next(_serial)

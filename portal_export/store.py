@@ -1,8 +1,7 @@
 """Where the data dir's objects live: a local directory, or a prefix in an object store. Keys are relative POSIX
 paths, the same in every store; the core keeps its state through this protocol only. Ages are the store's, so hosts
 whose clocks disagree agree on how old an object is. Every write is whole or not at all; `create` is the one
-conditional write (a local exclusive link, S3's `If-None-Match: *`), on which leases and "one alert per run" rest.
-"""
+conditional write (a local exclusive link, S3's `If-None-Match: *`), on which leases and "one alert per run" rest."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Every key of the data dir, spelled once. Data dirs, other hosts and outside readers rely on these
-exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md.
-"""
+exact strings: they may move here, never change. What each holds, and for how long: docs/outputs.md."""
 
 from __future__ import annotations
 
@@ -34,19 +33,15 @@ def _date(text: str) -> datetime.date | None:
 
 def day_of(key: str) -> tuple[datetime.date, str] | None:
     """(date, suffix) of a day object's key; None when it is not one."""
-    if not key.startswith(DAY_PREFIX):
-        return None
-    stem = key[len(DAY_PREFIX) :]
-    date = _date(stem[:10])
+    stem = key.removeprefix(DAY_PREFIX)
+    date = _date(stem[:10]) if key.startswith(DAY_PREFIX) else None
     return None if date is None else (date, stem[10:])
 
 
 def failed_health_day(key: str) -> datetime.date | None:
     """The day of a `failed_health` key; None when it is none."""
     parts = key.split("/")
-    if len(parts) != 3 or f"{parts[0]}/" != REGIONS or parts[2] != FAILED_HEALTH:
-        return None
-    return _date(parts[1])
+    return _date(parts[1]) if len(parts) == 3 and f"{parts[0]}/" == REGIONS and parts[2] == FAILED_HEALTH else None
 
 
 def day_objects_prefix(dates: list[datetime.date]) -> str:
@@ -152,9 +147,7 @@ def redone(date: datetime.date, stamp: str) -> str:
 
 
 def redone_of(key: str) -> datetime.date | None:
-    if not key.startswith(REDONE) or not key.endswith(".json"):
-        return None
-    return _date(key[len(REDONE) :].partition("/")[0])
+    return _date(key[len(REDONE) :].partition("/")[0]) if key.startswith(REDONE) and key.endswith(".json") else None
 
 
 def alert_claims(fingerprint: str) -> str:
@@ -168,6 +161,4 @@ def generation(chain: str, n: int) -> str:
 
 def generation_of(chain: str, key: str) -> int | None:
     """The number of generation `key`; None for no `.json`, ValueError for a name that is no number."""
-    if not key.endswith(".json"):
-        return None
-    return int(key[len(chain) :].removesuffix(".json"))
+    return int(key[len(chain) :].removesuffix(".json")) if key.endswith(".json") else None
