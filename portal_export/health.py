@@ -32,6 +32,10 @@ class RegionHealth(TypedDict):
     seconds_below_cap: float  # while the region ran, the cap in force was below [resources] captchaai
 
 
+# what a region's facts may lack (those of an older RegionOutcome)
+_OPTIONAL: dict[str, Any] = {"resent_submits": [], "busy_waits": 0, "seconds_below_cap": 0.0}
+
+
 class DayHealth(TypedDict):
     day: str
     solves: int
@@ -66,20 +70,9 @@ def day_health(
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
     per_region: dict[str, RegionHealth] = {}
     for region in regions:
-        f = facts[region]
-        per_region[region] = {
-            "status": f["status"],
-            "rows": f["rows"],
-            "task_ids": [str(t) for t in f["task_ids"]],
-            "solve_seconds": f["solve_seconds"],
-            "attempts": f["attempts"],
-            "refused_tokens": f["refused_tokens"],
-            "transient_errors": f["transient_errors"],
-            "idle_slot_seconds": f["idle_slot_seconds"],
-            "resent_submits": f.get("resent_submits", []),
-            "busy_waits": f.get("busy_waits", 0),
-            "seconds_below_cap": f.get("seconds_below_cap", 0.0),
-        }
+        f = {**_OPTIONAL, **facts[region]}
+        per_region[region] = cast(RegionHealth, {k: f[k] for k in RegionHealth.__annotations__})
+        per_region[region]["task_ids"] = [str(t) for t in f["task_ids"]]
     ok = [r for r in per_region.values() if r["status"] == "ok"]
     unsolvable = sorted(name for name, r in per_region.items() if r["status"] == "unsolvable")
     return {

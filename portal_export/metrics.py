@@ -22,6 +22,7 @@ from .state import read_dict
 from .store import Store
 
 PREFIX = "portal_export_"
+Samples = list[tuple[dict[str, str], float]]
 DEFAULT_WINDOW_DAYS = 35
 
 
@@ -44,7 +45,7 @@ class Metric:
     name: str
     kind: str
     help: str
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    samples: Samples = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -68,16 +69,10 @@ class DayFacts:
             errors = Counter(
                 str(code) for r in regions.values() if isinstance(r, dict) for code in r.get("transient_errors") or ()
             )
-            solved, unsolvable, submits, refused, busy = (
-                int(h.get(k, 0)) for k in ("solves", "unsolvable", "submits", "refused_tokens", "busy_waits")
-            )
-            return cls(
-                Tally(solved, unsolvable, submits, refused, busy, errors),
-                unsolvable_ratio=float(h.get("unsolvable_ratio", 0.0)),
-                p95_solve_seconds=None if p95 is None else float(p95),
-                rows=int(h.get("rows", 0)),
-                attempts=frozenset(attempts(regions)),
-            )
+            n = {k: int(h.get(k, 0)) for k in ("solves", "unsolvable", "submits", "refused_tokens", "busy_waits")}
+            tally = Tally(n["solves"], n["unsolvable"], n["submits"], n["refused_tokens"], n["busy_waits"], errors)
+            ratio, p95_s = float(h.get("unsolvable_ratio", 0.0)), None if p95 is None else float(p95)
+            return cls(tally, ratio, p95_s, int(h.get("rows", 0)), frozenset(attempts(regions)))
         except (TypeError, ValueError):
             return cls()
 
@@ -240,18 +235,13 @@ def gauge(name: str, value: float | None) -> Metric:
     return Metric(PREFIX + name, "gauge", HELP[name], [] if value is None else [({}, value)])
 
 
-def counter(name: str, samples: list[tuple[dict[str, str], float]]) -> Metric:
-    return Metric(PREFIX + name, "counter", HELP[name], samples)
-
-
 def _counter_metrics(counts: Tally) -> list[Metric]:
     """The complete days' counters (those of regions solved again included: they never decrease)."""
-    return [
-        counter(
-            "solves_total", [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)]
-        ),
-        counter("submits_total", [({}, counts.submits)]),
-        counter("refused_tokens_total", [({}, counts.refused_tokens)]),
-        counter("busy_waits_total", [({}, counts.busy_waits)]),
-        counter("transient_errors_total", [({"code": c}, n) for c, n in sorted(counts.transient_errors.items())]),
-    ]
+    samples: dict[str, Samples] = {
+        "solves": [({"outcome": "solved"}, counts.solved), ({"outcome": "unsolvable"}, counts.unsolvable)],
+        "submits": [({}, counts.submits)],
+        "refused_tokens": [({}, counts.refused_tokens)],
+        "busy_waits": [({}, counts.busy_waits)],
+        "transient_errors": [({"code": c}, n) for c, n in sorted(counts.transient_errors.items())],
+    }
+    return [Metric(f"{PREFIX}{name}_total", "counter", HELP[f"{name}_total"], s) for name, s in samples.items()]

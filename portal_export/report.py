@@ -42,11 +42,11 @@ FLOAT_KEYS = ("p95_solve_seconds", "unsolvable_ratio", "idle_slot_seconds")
 COLUMNS = ("day", "status", "p95_solve_seconds", ROLLING_COLUMN, "unsolvable_ratio", *COUNT_KEYS, "idle_slot_seconds")
 
 COLOR_FAILED = "#d62728"
-RATIO_BARS = (
+RATIO_BARS: tuple[dict[str, Any], ...] = (
     {"color": "#9467bd", "label": "unsolvable ratio"},
     {"color": COLOR_FAILED, "label": "unsolvable ratio, failed day"},
 )
-ROWS_BARS = (
+ROWS_BARS: tuple[dict[str, Any], ...] = (
     {"color": "#17becf", "label": "rows exported"},
     {"facecolor": "none", "edgecolor": COLOR_FAILED, "lw": 1.2, "label": "rows fetched, not exported\n(failed day)"},
 )
@@ -54,11 +54,14 @@ LEGEND: dict[str, Any] = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), font
 MISSING_STYLE: dict[str, Any] = {"facecolor": (0.5, 0.5, 0.5, 0.12), "edgecolor": (0.5, 0.5, 0.5, 0.5), "hatch": "///"}
 
 
+Data = Store | str | os.PathLike[str]  # a store, or the path of a local directory
+
+
 class NoHealthFilesError(FileNotFoundError):
     """No readable health file in the data dir: nothing to report on."""
 
 
-def as_store(data: "Store | str | os.PathLike[str]") -> Store:
+def as_store(data: Data) -> Store:
     """A store as given, or the local directory at a path."""
     return LocalStore(data) if isinstance(data, (str, os.PathLike)) else data
 
@@ -73,7 +76,7 @@ def _numeric(series: pd.Series, integral: bool) -> pd.Series:
     return values
 
 
-def load_health(data: "Store | str | os.PathLike[str]") -> pd.DataFrame:
+def load_health(data: Data) -> pd.DataFrame:
     """One row per calendar day from the first to the last day seen, with its status and numbers."""
     store = as_store(data)
     data_dir = store.location("").rstrip("/")
@@ -139,14 +142,6 @@ def _bar(ax: Axes, x: Floats, values: Floats, where: Flags, **style: Any) -> Non
         ax.bar(x[keep], values[keep], **style)
 
 
-def _split_bars(
-    ax: Axes, x: Floats, values: Floats, failed: Flags, styles: tuple[dict[str, Any], ...], **style: Any
-) -> None:
-    """The days that passed in the first style, those that failed in the second (each over `style`)."""
-    _bar(ax, x, values, ~failed, **{**style, **styles[0]})
-    _bar(ax, x, values, failed, **{**style, **styles[1]})
-
-
 def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) -> Figure:
     """The report figure: p95, unsolvable ratio, solves and refused tokens, rows, over the days."""
     # matplotlib.dates ships no type annotations (matplotlib#26942): its calls are untyped under --strict
@@ -157,12 +152,10 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
     long_range = n_days > 120
     bar_width = 1.0 if long_range else 0.8  # a year of days: bars that touch, no aliasing gaps
     bar_style = {"lw": 0} if long_range else {}
-
     fig = Figure(figsize=(11, 10), dpi=100, layout="constrained")
     # an array of 4 Axes, which the stubs type as Any for nrows > 1: name the type so the calls are checked
     axes: list[Axes] = list(fig.subplots(4, 1, sharex=True, height_ratios=[3, 2, 2, 2]))
     ax_p95, ax_ratio, ax_solves, ax_rows = axes
-
     # Failed and missing days across every panel.
     failed_runs = _runs(frame["status"] == "failed")
     missing_runs = _runs(frame["status"] == "missing")
@@ -173,7 +166,6 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
             ax.axvspan(x[a] - 0.5, x[b - 1] + 0.5, lw=0, zorder=0, **MISSING_STYLE)
         ax.grid(True, axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-
     # p95 solve seconds, and its rolling median.
     p95 = _floats(frame["p95_solve_seconds"])
     failed = (frame["status"] == "failed").to_numpy()
@@ -190,10 +182,10 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         handles.append(Patch(facecolor=COLOR_FAILED, alpha=0.15, label="failed validation"))
     if missing_runs:
         handles.append(Patch(label="missing (no health file)", **MISSING_STYLE))
-
     # Unsolvable ratio, against the validation threshold.
     ratio = _floats(frame["unsolvable_ratio"])
-    _split_bars(ax_ratio, x, ratio, failed, RATIO_BARS, width=bar_width, **bar_style)
+    for shown, bars in zip((~failed, failed), RATIO_BARS, strict=True):  # the days that passed, then those that failed
+        _bar(ax_ratio, x, ratio, shown, width=bar_width, **{**bar_style, **bars})
     top = np.nanmax(ratio) if np.isfinite(ratio).any() else 0.0
     if max_unsolvable_ratio is not None:
         threshold = f"validation threshold {max_unsolvable_ratio:g}"
@@ -201,7 +193,6 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         top = max(top, max_unsolvable_ratio)
     ax_ratio.set_ylim(0, max(0.05, min(1.0, top * 1.25)) if top <= 1 else top * 1.1)
     ax_ratio.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0%}")
-
     # Solves and refused tokens: side by side, or over a long range a line over the bars.
     solves = _floats(frame["solves"])
     refused = _floats(frame["refused_tokens"])
@@ -215,10 +206,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         half = bar_width / 2
         _bar(ax_solves, x - half / 2, solves, every, width=half, **solves_style)
         _bar(ax_solves, x + half / 2, refused, every, width=half, color=COLOR_FAILED, label="refused tokens")
-
-    rows = _floats(frame["rows"])
-    _split_bars(ax_rows, x, rows, failed, ROWS_BARS, width=bar_width, **bar_style)
-
+    for shown, bars in zip((~failed, failed), ROWS_BARS, strict=True):
+        _bar(ax_rows, x, _floats(frame["rows"]), shown, width=bar_width, **{**bar_style, **bars})
     for ax, ylabel, title, columns, legend in (
         (ax_p95, "p95 solve (s)", "p95 solve time of the delivering solves", ["p95_solve_seconds"], handles),
         (ax_ratio, "unsolvable", "share of regions given up as unsolvable", ["unsolvable_ratio"], None),
@@ -246,7 +235,6 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
         ax_rows.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     if 14 < n_days <= 92:
         ax_rows.xaxis.set_minor_locator(mdates.DayLocator())  # type: ignore[no-untyped-call]
-
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing") if counts.get(s, 0))
     days = f"{n_days} day{'s' if n_days != 1 else ''}"
     fig.suptitle(f"Solve health {first:%Y-%m-%d} to {last:%Y-%m-%d} ({days}: {summary})", fontsize=13)
@@ -254,10 +242,8 @@ def plot_health(frame: pd.DataFrame, max_unsolvable_ratio: float | None = None) 
 
 
 def build_report(
-    data: "Store | str | os.PathLike[str]",
-    out_dir: "Store | str | os.PathLike[str] | None" = None,
-    max_unsolvable_ratio: float | None = None,
-) -> tuple["Path | str", "Path | str", pd.DataFrame]:
+    data: Data, out_dir: Data | None = None, max_unsolvable_ratio: float | None = None
+) -> tuple[Path | str, Path | str, pd.DataFrame]:
     """Write solve_health.csv and solve_health.png, each whole, into `out_dir` (default: the data
     dir's `report/`); return their locations (Paths, or s3:// URLs) and the frame."""
     store = as_store(data)
@@ -342,12 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(args.data_dir, args.data_dir, args.max_unsolvable_ratio, args.out_dir)
 
 
-def run(
-    data: "Store | str | os.PathLike[str]",
-    where: str,
-    max_unsolvable_ratio: float | None = None,
-    out_dir: "str | os.PathLike[str] | None" = None,
-) -> int:
+def run(data: Data, where: str, max_unsolvable_ratio: float | None = None, out_dir: Data | None = None) -> int:
     """Build the report of `data` (named `where` in messages), print its last days and where it went."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("warning: %(message)s"))
@@ -364,11 +345,8 @@ def run(
             logger.removeHandler(handler)
 
     counts = frame["status"].value_counts()
-    shown = min(TABLE_DAYS, len(frame))
-    print(
-        f"solve health of {where}, last {shown} of {len(frame)} days "
-        f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing):"
-    )
+    statuses = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "missing"))
+    print(f"solve health of {where}, last {min(TABLE_DAYS, len(frame))} of {len(frame)} days ({statuses}):")
     print(f"{format_table(frame)}\ntable: {csv_path}\nplot:  {png_path}")
     return 0
 

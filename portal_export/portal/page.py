@@ -231,12 +231,9 @@ def _render_widget(parser: _Parser) -> None:
 def _form(form: _OpenForm, base: str) -> Form:
     action = form.attrs.get("action", "").strip()
     method = form.attrs.get("method", "get").strip().upper()
-    return Form(
-        action=urljoin(base, action) if action else base.split("#")[0],
-        method="POST" if method == "POST" else "GET",
-        fields=tuple(Field(n, v, t) for n, v, t in form.fields),
-        has_password=form.password,
-    )
+    fields = tuple(Field(n, v, t) for n, v, t in form.fields)
+    target = urljoin(base, action) if action else base.split("#")[0]
+    return Form(target, "POST" if method == "POST" else "GET", fields, form.password)
 
 
 def parse_page(html: str, url: str) -> Page:
@@ -248,23 +245,13 @@ def parse_page(html: str, url: str) -> Page:
         _render_widget(parser)
     base = urljoin(url, parser.base) if parser.base else url
     widget = None
-    if parser.widget is not None:
-        w = parser.widget
-        widget = Widget(
-            sitekey=w["data-sitekey"].strip(),
-            invisible=w.get("data-size", "").strip().lower() == "invisible",
-            enterprise=parser.enterprise,
-            data_s=w.get("data-s"),
-        )
+    if (w := parser.widget) is not None:
+        invisible = w.get("data-size", "").strip().lower() == "invisible"
+        widget = Widget(w["data-sitekey"].strip(), invisible, parser.enterprise, w.get("data-s"))
     forms = {id(f): _form(f, base) for f in parser.forms}
-    return Page(
-        url=url,
-        title=parser.title,
-        widget=widget,
-        form=forms[id(parser.widget_form)] if parser.widget_form is not None else None,
-        forms=tuple(forms.values()),
-        frames=tuple(urljoin(base, src) for src in parser.frames),
-    )
+    form = forms[id(parser.widget_form)] if parser.widget_form is not None else None
+    frames = tuple(urljoin(base, src) for src in parser.frames)
+    return Page(url, parser.title, widget, form, tuple(forms.values()), frames)
 
 
 def looks_like_html(text: str) -> bool:
