@@ -30,7 +30,6 @@ def s3(seaweedfs, bucket, secret=None):
         region_name=REGION,
     )
     store = S3Store(f"s3://{bucket}/some/prefix", retry_s=5.0, client=client)
-    client.retry = store._retry
     return store
 
 
