@@ -8,6 +8,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import requests
@@ -29,6 +30,8 @@ NETWORK_ERROR = "NETWORK_ERROR"
 # or timeout after the request left stays an attempt: a task may exist.
 SUBMIT_RESENDS = 2
 _SERVER_SAID_RETRY = frozenset({"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"})
+OnSubmit = Callable[[str], object]  # (task id)
+OnPoll = Callable[[str, int, float], object]  # (task id, polls so far, seconds polled)
 
 
 class Answer(NamedTuple):
@@ -82,61 +85,50 @@ def normalize(resp: requests.Response) -> Answer:
     return Answer(False, "UNRECOGNIZED_ANSWER")
 
 
+@dataclass(eq=False)
 class CaptchaAI:
     """Submits reCAPTCHA v2 tasks and polls them to a token, within one deadline per solve."""
 
-    def __init__(
-        self,
-        api_key: str,
-        api_base: str = DEFAULT_API_BASE,
-        *,
-        timeout_s: float = 120.0,
-        first_poll_s: float = 15.0,
-        poll_every_s: float = 5.0,
-        http_timeout_s: float = 30.0,
-        session: requests.Session | None = None,
-        breaker: KeyBreaker | None = None,
-        inflight: InFlight | None = None,
-        gate: Gate | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        if not api_key:
+    api_key: str
+    api_base: str = DEFAULT_API_BASE
+    _: KW_ONLY
+    timeout_s: float = 120.0
+    first_poll_s: float = 15.0
+    poll_every_s: float = 5.0
+    http_timeout_s: float = 30.0
+    session: requests.Session = field(default_factory=requests.Session)
+    breaker: KeyBreaker | None = None
+    inflight: InFlight | None = None  # taken from the gate when there is one
+    gate: Gate | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    resent: list[str] = field(default_factory=list, init=False)  # codes of submits sent again at once
+    busy_waits: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.api_key:
             raise KeyLevelError("NO_API_KEY", "set CAPTCHAAI_API_KEY")
-        self._key = api_key
-        self.api_base = api_base.rstrip("/")
-        self.timeout_s = float(timeout_s)
-        self.first_poll_s = float(first_poll_s)
-        self.poll_every_s = float(poll_every_s)
-        self.http_timeout_s = float(http_timeout_s)
-        self._session = session or requests.Session()
-        self._breaker = breaker
-        self._inflight = gate.inflight if gate is not None else inflight
-        self._gate = gate
-        self._clock = clock
-        self._sleep = sleep
-        self.resent: list[str] = []  # codes of submits sent again at once
-        self.busy_waits = 0
+        self.api_base = self.api_base.rstrip("/")
+        self.inflight = self.gate.inflight if self.gate is not None else self.inflight
 
     def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
 
     def ready(self) -> None:
         """Raise what would stop a solve (an open breaker, a busy plan), before a page is loaded for it."""
-        if self._breaker is not None:
-            self._breaker.check()
-        if self._gate is not None:
-            self._gate.check()
+        if self.breaker is not None:
+            self.breaker.check()
+        if self.gate is not None:
+            self.gate.check()
 
     def _call(self, endpoint: str, fields: dict[str, Any], checked: bool = True) -> Reply:
         """Every request: the timeout, the breaker (`checked=False` for polls: a refused key answers
         a poll once and ends the solve) and one shape of answer."""
-        if checked and self._breaker is not None:
-            self._breaker.check()
+        if checked and self.breaker is not None:
+            self.breaker.check()
+        url, data = f"{self.api_base}/{endpoint}", {"key": self.api_key, "json": 1, **fields}
         try:
-            resp = self._session.post(
-                f"{self.api_base}/{endpoint}", timeout=self.http_timeout_s, data={"key": self._key, "json": 1, **fields}
-            )
+            resp = self.session.post(url, timeout=self.http_timeout_s, data=data)
         except requests.RequestException as exc:
             # a reply, not an error raised here: no traceback chains the message that quotes the URL
             return Reply(Answer(False, NETWORK_ERROR), type(exc).__name__, _never_sent(exc))
@@ -144,8 +136,8 @@ class CaptchaAI:
 
     def _error(self, code: str, detail: str = "", cls: type[ExportError] | None = None) -> ExportError:
         err = cls(code, detail) if cls is not None else classify(code, detail)
-        if isinstance(err, KeyLevelError) and self._breaker is not None:
-            err = type(err)(code, self._breaker.trip(code, detail))
+        if isinstance(err, KeyLevelError) and self.breaker is not None:
+            err = type(err)(code, self.breaker.trip(code, detail))
         return err
 
     def _send_submit(self, fields: dict[str, Any]) -> Reply:
@@ -169,8 +161,8 @@ class CaptchaAI:
                 return str(value)
             if value != ZERO_BALANCE:
                 raise self._error(value, detail or "in.php")
-            if self._inflight is not None:
-                self._inflight.poke()  # the plan is fuller than the cap assumed
+            if self.inflight is not None:
+                self.inflight.poke()  # the plan is fuller than the cap assumed
             threads, working = self.threads()
             if working >= threads:
                 # our solves stay under the cap: someone else uses the key (or a killed run's tasks)
@@ -189,45 +181,40 @@ class CaptchaAI:
         detail = f"refused twice with {threads - working} of {threads} threads free: no active plan"
         raise self._error(ZERO_BALANCE, detail, KeyLevelError)
 
-    def poll(self, task_id: str, deadline: float, on_poll: Callable[[str, int, float], object] | None = None) -> str:
+    def poll(self, task_id: str, deadline: float, on_poll: OnPoll | None = None) -> str:
         """Poll one task (first_poll_s, then every poll_every_s) until its token or the deadline;
         transient answers keep polling: its thread is paid for already."""
-        start = self._clock()
+        start = self.clock()
         tick = start + self.first_poll_s
         polls = 0
         while tick <= deadline:
-            self._sleep(max(0.0, tick - self._clock()))
+            self.sleep(max(0.0, tick - self.clock()))
             (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id}, checked=False)
             polls += 1
             if ok:
                 return str(value)
             if on_poll is not None:
-                on_poll(task_id, polls, self._clock() - start)
+                on_poll(task_id, polls, self.clock() - start)
             if value != NOT_READY:
                 err = self._error(value, detail or f"res.php task {task_id}")
                 if not isinstance(err, TransientError):
                     raise err
                 log.warning("CaptchaAI task %s: transient answer %s while polling; polling on", task_id, value)
-            tick = max(tick + self.poll_every_s, self._clock())
+            tick = max(tick + self.poll_every_s, self.clock())
         raise TransientError("POLL_DEADLINE", f"task {task_id} not solved within {self.timeout_s:g} s")
 
-    def solve(
-        self,
-        params: dict[str, Any],
-        on_submit: Callable[[str], object] | None = None,
-        on_poll: Callable[[str, int, float], object] | None = None,
-    ) -> Solve:
+    def solve(self, params: dict[str, Any], on_submit: OnSubmit | None = None, on_poll: OnPoll | None = None) -> Solve:
         """Submit and poll; returns (token, task_id, seconds from submit to token). The solve is in
         flight from before its submit to its last poll; with a gate it waits for a place under the
         cap, and after a submit refused for busy threads for a free thread (no attempt spent)."""
         busy_since: float | None = None
         while True:
             with self._in_flight():
-                start = self._clock()
+                start = self.clock()
                 try:
                     task_id = self.submit(params)
                 except BusyThreads as err:
-                    if self._gate is None:
+                    if self.gate is None:
                         raise
                     refused = err
                 else:
@@ -235,16 +222,16 @@ class CaptchaAI:
                     if on_submit is not None:
                         on_submit(task_id)
                     token = self.poll(task_id, start + self.timeout_s, on_poll)
-                    return Solve(token, task_id, self._clock() - start)
-            busy_since = busy_since or self._gate.clock()
+                    return Solve(token, task_id, self.clock() - start)
+            busy_since = busy_since or self.gate.clock()
             self.busy_waits += 1
             log.warning("CaptchaAI refused a submit: %s; waiting for a free thread (no attempt spent)", refused.detail)
-            self._gate.after_refusal(busy_since, refused.detail, self.threads, self.poll_every_s)
+            self.gate.after_refusal(busy_since, refused.detail, self.threads, self.poll_every_s)
 
     def _in_flight(self) -> contextlib.AbstractContextManager[None]:
-        if self._gate is not None:
-            return self._gate.solving()
-        return self._inflight.marked() if self._inflight is not None else contextlib.nullcontext()
+        if self.gate is not None:
+            return self.gate.solving()
+        return self.inflight.marked() if self.inflight is not None else contextlib.nullcontext()
 
     def threads(self) -> tuple[int, int]:
         (ok, value), detail, _ = self._call("res.php", {"action": "threadsinfo"})
