@@ -10,6 +10,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import KW_ONLY, dataclass
 
 from . import store_keys
 from .caplog import CapLog
@@ -64,30 +65,24 @@ class CapInForce:
         return state[:2] if state is not None and self.runs.alive(state[2]) else None
 
 
+@dataclass(eq=False)
 class Gate:
-    def __init__(
-        self,
-        store: Store,
-        *,
-        configured: int,
-        plan_every_s: float,
-        follows_plan: bool = True,
-        caplog: CapLog | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        runs = Runs(store, ttl_s(plan_every_s), cache_s=1.0)
-        self.inflight = InFlight(store, runs)
-        self.waiting = Waiting(store, runs)
-        self.cap_file = CapInForce(store, runs)
-        self.caplog = caplog if caplog is not None else CapLog(store)
+    store: Store
+    _: KW_ONLY
+    configured: int
+    plan_every_s: float
+    follows_plan: bool = True
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        runs = Runs(self.store, ttl_s(self.plan_every_s), cache_s=1.0)
+        self.inflight = InFlight(self.store, runs)
+        self.waiting = Waiting(self.store, runs)
+        self.cap_file = CapInForce(self.store, runs)
+        self.caplog = CapLog(self.store)
         self.step_s = self.inflight.step_s
         self._busy_checked = -float("inf")
-        self.configured = configured
-        self.plan_every_s = plan_every_s
-        self.follows_plan = follows_plan
-        self.clock = clock
-        self.sleep = sleep
 
     def cap(self) -> int:
         seen = self.cap_file.read()
@@ -100,8 +95,7 @@ class Gate:
             return
         self._busy_checked = now
         if (busy := self.caplog.busy()) is not None:
-            reason = busy.get("reason", "no plan thread usable")
-            raise plan_busy(reason)
+            raise plan_busy(busy.get("reason", "no plan thread usable"))
 
     def _admitted(self, held: contextlib.ExitStack) -> bool:
         """Mark, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws. No

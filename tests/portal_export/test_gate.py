@@ -14,7 +14,7 @@ import responses
 
 from portal_export.caplog import CapLog
 from portal_export.captchaai import CaptchaAI
-from portal_export.errors import BusyThreads, PermanentError
+from portal_export.errors import BusyThreads, PermanentError, TransientError
 from portal_export.gate import CapInForce, Gate, Waiting
 from portal_export.governor import ZERO_CAP_PERIODS
 from portal_export.runs import Runs, current_run
@@ -148,6 +148,23 @@ def test_under_a_fixed_cap_a_refused_region_keeps_its_slot(tmp_path):
     gate.sleep = lambda s: (seen.append(gate.waiting.count()), time.sleep(s))
     gate.after_refusal(time.time(), "all 5 plan threads busy")
     assert seen and set(seen) == {0}
+
+
+def test_under_a_fixed_cap_a_refusal_reads_the_plan_until_a_thread_is_free(tmp_path):
+    """Nobody follows the plan: the wait reads it every `every_s`, an unanswered reading frees nothing."""
+    clock = Clock()
+    gate = Gate(
+        LocalStore(tmp_path), configured=4, plan_every_s=60.0, follows_plan=False, clock=clock, sleep=clock.sleep
+    )
+    answers = [TransientError("NETWORK_ERROR"), (5, 5), (5, 4), (5, 0)]
+
+    def plan():
+        if isinstance(answer := answers.pop(0), Exception):
+            raise answer
+        return answer
+
+    gate.after_refusal(clock(), "all 5 plan threads busy", plan, every_s=5.0)
+    assert answers == [(5, 0)] and clock() == pytest.approx(1015.0, abs=0.5)
 
 
 def test_refusals_in_a_row_for_twenty_plan_periods_fail_with_plan_busy(tmp_path):
