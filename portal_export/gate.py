@@ -120,14 +120,6 @@ class Gate:
                 self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield
 
-    @staticmethod
-    def _thread_free(plan: Callable[[], tuple[int, int]]) -> bool:
-        try:
-            threads, working = plan()
-        except TransientError:
-            return False
-        return working < threads
-
     def after_refusal(
         self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0
     ) -> None:
@@ -146,8 +138,10 @@ class Gate:
                     break
                 if plan is not None and not self.follows_plan and self.clock() >= look:
                     look = self.clock() + every_s
-                    if self._thread_free(plan):
-                        break
+                    with contextlib.suppress(TransientError):  # unanswered: no thread known free
+                        threads, working = plan()
+                        if working < threads:
+                            break
                 self.sleep(self.step_s)
         if self.clock() >= deadline:
             raise plan_busy(f"no plan thread usable for {self.clock() - busy_since:.0f} s: {detail}")
