@@ -3,6 +3,7 @@ key's first answer (repeated ones earn an IP ban), every client fails fast with 
 nothing, until an operator clears it. Named by a fingerprint of the key, never the key."""
 
 import hashlib
+from typing import Any
 
 from . import store_keys
 from .errors import KeyLevelError
@@ -41,22 +42,18 @@ class KeyBreaker:
         return self.opened(detail)
 
     @staticmethod
-    def _open(store: Store) -> list[tuple[str, str | None]]:
-        """(key, the code that tripped it; None when unreadable) of every open breaker."""
-        found: list[tuple[str, str | None]] = []
-        for key in store.list(store_keys.BREAKERS):
-            code = (read_dict(store, key) or {}).get("code")  # garbled: open, with no code to tell
-            found.append((key, None if code is None else str(code)))
-        return found
+    def _open(store: Store) -> dict[str, Any]:
+        """Every open breaker's key and the code that tripped it (None when garbled: open, with no code to tell)."""
+        return {key: (read_dict(store, key) or {}).get("code") for key in store.list(store_keys.BREAKERS)}
 
     @staticmethod
     def codes(store: Store) -> list[str]:
-        return [code or "BREAKER_OPEN" for _, code in KeyBreaker._open(store)]
+        return [str(code or "BREAKER_OPEN") for code in KeyBreaker._open(store).values()]
 
     @staticmethod
     def clear(store: Store) -> list[str]:
         """Remove every breaker; returns the codes that had tripped them."""
         found = KeyBreaker._open(store)
-        for key, _ in found:
+        for key in found:
             store.delete(key)
-        return [code or "?" for _, code in found]
+        return [str(code or "?") for code in found.values()]
