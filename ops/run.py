@@ -18,7 +18,7 @@ import requests
 
 from portal_export import redo
 from portal_export.errors import ExportError
-from portal_export.plan import plan_verdict
+from portal_export.governor import plan_verdict
 from tasks import config, targets
 from tasks.region import check_login, make_solver
 from tasks.secrets import say

@@ -1,4 +1,4 @@
-"""A day's solve health and its validation (health.py), and the concurrency verdict (plan.py)."""
+"""A day's solve health and its validation (health.py), and the concurrency verdict (governor.py)."""
 
 import json
 import random
@@ -6,8 +6,8 @@ import random
 import pytest
 
 from portal_export.errors import PermanentError
+from portal_export.governor import plan_verdict
 from portal_export.health import DayValidationError, day_health, p95, validate
-from portal_export.plan import plan_verdict
 from portal_export.retry_policy import RegionOutcome
 from sandbox import REGIONS
 
