@@ -84,13 +84,6 @@ class Attempt:
             return out
 
 
-def log_retry(out: RegionOutcome, state: tenacity.RetryCallState, attempts: int) -> None:
-    error, n, wait = state.outcome.exception() if state.outcome else "?", state.attempt_number, state.upcoming_sleep
-    log.warning(
-        "day %s region %s: %s (attempt %d of %d); retrying in %.1f s", out.day, out.region, error, n, attempts, wait
-    )
-
-
 def export_region(
     day: object,
     region: str,
@@ -129,12 +122,18 @@ def export_region(
             on_repost=out.reposted_posts.append,
         )
 
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        error, n, wait = state.outcome.exception() if state.outcome else "?", state.attempt_number, state.upcoming_sleep
+        log.warning(
+            "day %s region %s: %s (attempt %d of %d); retrying in %.1f s", out.day, region, error, n, attempts, wait
+        )
+
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(attempts),
         wait=backoff(retry_base_s, retry_jitter_s, rng),
         retry=tenacity.retry_if_exception_type(TransientError),
         sleep=sleep,
-        before_sleep=lambda state: log_retry(out, state, attempts),
+        before_sleep=log_retry,
         reraise=True,
     )
     try:
