@@ -1,7 +1,5 @@
-"""A task's failure record: the error code of a region (or day) that failed, kept in the store, since
-tasks may run in forked processes or on other hosts, where the run never sees their exceptions. The
-task removes it when it later succeeds.
-"""
+"""A task's failure record: the error code of a region (or day) that failed, kept in the store, as tasks may run in
+forked processes or on other hosts where the run never sees their exceptions; removed once the task succeeds."""
 
 from __future__ import annotations
 
