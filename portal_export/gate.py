@@ -48,8 +48,7 @@ class CapInForce:
         write_json(self.store, store_keys.CAP, stamped({"cap": cap, "read_at": read_at, "run": run}))
 
     def clear(self, run: str) -> None:
-        state = self._state()
-        if state is not None and state[2] == run:
+        if (state := self._state()) is not None and state[2] == run:
             self.store.delete(store_keys.CAP)
 
     def _state(self) -> tuple[int, float, str] | None:
