@@ -4,6 +4,7 @@ regions' record lines one after another, copied, never parsed again."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import tempfile
@@ -35,19 +36,10 @@ class Spool:
         self.file.seek(0)
         self.file.truncate()
         self.rows = 0
-        batch: list[str] = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) == BATCH:
-                self._write(batch)
-        self._write(batch)
-        return self.rows
-
-    def _write(self, batch: list[str]) -> None:
-        if batch:
+        while batch := list(itertools.islice(lines, BATCH)):
             self.file.write("\n".join(batch).encode() + b"\n")
             self.rows += len(batch)
-            batch.clear()
+        return self.rows
 
     def write_to(self, out: IO[bytes], facts: dict[str, Any]) -> None:
         """The region's target: the facts' line, then the records."""
