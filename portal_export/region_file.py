@@ -50,9 +50,8 @@ class Spool:
 
 def read_facts(f: IO[bytes]) -> dict[str, Any]:
     """A region target's facts: its first line (the records after it left unread)."""
-    line = f.readline()
     try:
-        facts = json.loads(line)
+        facts = json.loads(f.readline())
     except ValueError:
         facts = None
     if not isinstance(facts, dict):
@@ -62,8 +61,7 @@ def read_facts(f: IO[bytes]) -> dict[str, Any]:
 
 def copy_records(f: IO[bytes], out: IO[bytes], rows: int, what: str) -> None:
     """The record lines after the facts, copied as they are; they must be `rows` whole lines."""
-    lines = 0
-    last = b"\n"
+    lines, last = 0, b"\n"
     while chunk := f.read(CHUNK):
         out.write(chunk)
         lines += chunk.count(b"\n")
