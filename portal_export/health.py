@@ -56,9 +56,7 @@ class DayHealth(TypedDict):
 def p95(values: Iterable[float]) -> float | None:
     """95th percentile by nearest rank; None for no values."""
     ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[max(1, math.ceil(0.95 * len(ordered))) - 1]
+    return ordered[max(1, math.ceil(0.95 * len(ordered))) - 1] if ordered else None
 
 
 def day_health(
@@ -70,9 +68,8 @@ def day_health(
     """The health record of one day; `facts` maps each region to its RegionOutcome.to_dict()."""
     per_region: dict[str, RegionHealth] = {}
     for region in regions:
-        f = {**_OPTIONAL, **facts[region]}
+        f = {**_OPTIONAL, **facts[region], "task_ids": [str(t) for t in facts[region]["task_ids"]]}
         per_region[region] = cast(RegionHealth, {k: f[k] for k in RegionHealth.__annotations__})
-        per_region[region]["task_ids"] = [str(t) for t in f["task_ids"]]
     ok = [r for r in per_region.values() if r["status"] == "ok"]
     unsolvable = sorted(name for name, r in per_region.items() if r["status"] == "unsolvable")
     return {

@@ -135,12 +135,10 @@ class Metrics:
                 by_day.setdefault(d, []).append(key)
         found: dict[datetime.date, Redone] = {}
         for d, names in by_day.items():
-            if any(k not in self._records for k in names):
+            if new := [k for k in names if k not in self._records]:
                 self._days.pop(d, None)
                 self._written.pop(d, None)
-            for k in names:
-                if k not in self._records:
-                    self._records[k] = read_dict(self.store, k) or {}  # a garbled record counts nothing
+            self._records.update({k: read_dict(self.store, k) or {} for k in new})  # a garbled record counts nothing
             found[d] = Redone([self._records[k] for k in sorted(names)])
         return found
 

@@ -4,6 +4,7 @@ regions' record lines one after another, copied, never parsed again."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import tempfile
@@ -35,19 +36,10 @@ class Spool:
         self.file.seek(0)
         self.file.truncate()
         self.rows = 0
-        batch: list[str] = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) == BATCH:
-                self._write(batch)
-        self._write(batch)
-        return self.rows
-
-    def _write(self, batch: list[str]) -> None:
-        if batch:
+        while batch := list(itertools.islice(lines, BATCH)):
             self.file.write("\n".join(batch).encode() + b"\n")
             self.rows += len(batch)
-            batch.clear()
+        return self.rows
 
     def write_to(self, out: IO[bytes], facts: dict[str, Any]) -> None:
         """The region's target: the facts' line, then the records."""
@@ -58,9 +50,8 @@ class Spool:
 
 def read_facts(f: IO[bytes]) -> dict[str, Any]:
     """A region target's facts: its first line (the records after it left unread)."""
-    line = f.readline()
     try:
-        facts = json.loads(line)
+        facts = json.loads(f.readline())
     except ValueError:
         facts = None
     if not isinstance(facts, dict):
@@ -70,8 +61,7 @@ def read_facts(f: IO[bytes]) -> dict[str, Any]:
 
 def copy_records(f: IO[bytes], out: IO[bytes], rows: int, what: str) -> None:
     """The record lines after the facts, copied as they are; they must be `rows` whole lines."""
-    lines = 0
-    last = b"\n"
+    lines, last = 0, b"\n"
     while chunk := f.read(CHUNK):
         out.write(chunk)
         lines += chunk.count(b"\n")

@@ -11,9 +11,9 @@ from typing import Any
 
 import requests
 
-from ..errors import PermanentError, TransientError
+from ..errors import TransientError
 from .page import looks_like_html, title_of
-from .streams import CHUNK, JSONReader, csv_lines, text_codec
+from .streams import CHUNK, JSONReader, bad_answer, csv_lines, text_codec
 
 HANDLING = (
     'JSON {"records": [...]}, a JSON list of objects, or CSV (Content-Type text/csv, or an attachment '
@@ -57,10 +57,6 @@ class ResponseStream(io.RawIOBase):
         return n
 
 
-def _first_byte(raw: io.BufferedReader[Any]) -> bytes:
-    return raw.peek(CHUNK)[:4096].removeprefix(codecs.BOM_UTF8).lstrip()[:1]
-
-
 def read_answer(resp: requests.Response, what: str) -> Iterator[str]:
     """The records of a 2xx answer to the form post, each as its line of the day file, read from the
     response as they arrive; or the error it amounts to (at once, or while reading on)."""
@@ -69,7 +65,7 @@ def read_answer(resp: requests.Response, what: str) -> Iterator[str]:
     if is_csv(content_type, resp.headers.get("Content-Disposition", "")):
         # a CSV without a charset is read as UTF-8: requests' ISO-8859-1 default would garble it
         return csv_lines(raw, resp.encoding if "charset=" in content_type.lower() else None, what)
-    if _first_byte(raw) in (b"{", b"["):
+    if raw.peek(CHUNK)[:4096].removeprefix(codecs.BOM_UTF8).lstrip()[:1] in (b"{", b"["):
         guessed = requests.utils.guess_json_utf(raw.peek(4))  # type: ignore[no-untyped-call]
         return JSONReader(raw, resp.encoding or guessed, what).records()  # the encoding requests' .json() takes
     text = raw.read(CHUNK).decode(text_codec(resp.encoding), "replace")
@@ -77,6 +73,4 @@ def read_answer(resp: requests.Response, what: str) -> Iterator[str]:
         # a maintenance page, or the login page of an expired session: worth a fresh page later
         title = title_of(text) or "untitled"
         raise TransientError("PORTAL_HTML_ANSWER", f"{what} answered an HTML page titled {title!r}")
-    raise PermanentError(
-        "PORTAL_BAD_ANSWER", f"{what} answered neither JSON records, CSV nor HTML ({content_type or 'no type'})"
-    )
+    raise bad_answer(what, f"neither JSON records, CSV nor HTML ({content_type or 'no type'})")

@@ -80,8 +80,14 @@ class Page:
 @dataclass
 class _OpenForm:
     attrs: dict[str, str]
-    fields: list[tuple[str, str, str]] = field(default_factory=list)  # (name, value, type)
+    fields: list[Field] = field(default_factory=list)
     password: bool = False
+
+    def form(self, base: str) -> Form:
+        action = self.attrs.get("action", "").strip()
+        method = self.attrs.get("method", "get").strip().upper()
+        target = urljoin(base, action) if action else base.split("#")[0]
+        return Form(target, "POST" if method == "POST" else "GET", tuple(self.fields), self.password)
 
 
 class _Parser(HTMLParser):
@@ -155,7 +161,7 @@ class _Parser(HTMLParser):
             return
         checkable = kind in ("checkbox", "radio")
         if not checkable or "checked" in attrs:
-            form.fields.append((name, attrs.get("value", "on" if checkable else ""), kind))
+            form.fields.append(Field(name, attrs.get("value", "on" if checkable else ""), kind))
 
     def _frame(self, attrs: dict[str, str]) -> None:
         src = attrs["src"]
@@ -182,7 +188,7 @@ class _Parser(HTMLParser):
         elif tag == "textarea" and self._in == "textarea" and self._textarea is not None:
             form, name = self._textarea
             if form is not None:  # a browser drops one newline right after <textarea>
-                form.fields.append((name, text[1:] if text.startswith("\n") else text, "textarea"))
+                form.fields.append(Field(name, text[1:] if text.startswith("\n") else text, "textarea"))
             self._textarea = None
         elif tag == "option" and self._option is not None:
             self._close_option()
@@ -209,31 +215,20 @@ class _Parser(HTMLParser):
         if not multiple:  # a single select sends its last selected option, or its first one
             chosen = chosen[-1:] or [v for v, _ in self._options[:1]]
         if form is not None:
-            form.fields.extend((name, v, "select") for v in chosen)
+            form.fields.extend(Field(name, v, "select") for v in chosen)
         self._select, self._in, self._text = None, None, []
 
-
-def _render_widget(parser: _Parser) -> None:
-    """The sitekey of a grecaptcha.render(target, {sitekey: ...}) call in an inline script."""
-    for script in parser.scripts:
-        for call in _RENDER.finditer(script):
-            sitekey = _option(call["opts"], "sitekey")
-            if not sitekey:
-                continue
-            parser.widget = {"data-sitekey": sitekey, "data-size": _option(call["opts"], "size") or ""}
-            target = call["target"].strip("'\" ")
-            parser.widget_form = parser.by_id.get(target)
-            if "grecaptcha.enterprise." in call.group(0):
-                parser.enterprise = True
-            return
-
-
-def _form(form: _OpenForm, base: str) -> Form:
-    action = form.attrs.get("action", "").strip()
-    method = form.attrs.get("method", "get").strip().upper()
-    fields = tuple(Field(n, v, t) for n, v, t in form.fields)
-    target = urljoin(base, action) if action else base.split("#")[0]
-    return Form(target, "POST" if method == "POST" else "GET", fields, form.password)
+    def render_widget(self) -> None:
+        """The sitekey of a grecaptcha.render(target, {sitekey: ...}) call in an inline script."""
+        for script in self.scripts:
+            for call in _RENDER.finditer(script):
+                sitekey = _option(call["opts"], "sitekey")
+                if not sitekey:
+                    continue
+                self.widget = {"data-sitekey": sitekey, "data-size": _option(call["opts"], "size") or ""}
+                self.widget_form = self.by_id.get(call["target"].strip("'\" "))
+                self.enterprise = self.enterprise or "grecaptcha.enterprise." in call.group(0)
+                return
 
 
 def parse_page(html: str, url: str) -> Page:
@@ -242,13 +237,13 @@ def parse_page(html: str, url: str) -> Page:
     parser.feed(html)
     parser.close()
     if parser.widget is None:
-        _render_widget(parser)
+        parser.render_widget()
     base = urljoin(url, parser.base) if parser.base else url
     widget = None
     if (w := parser.widget) is not None:
         invisible = w.get("data-size", "").strip().lower() == "invisible"
         widget = Widget(w["data-sitekey"].strip(), invisible, parser.enterprise, w.get("data-s"))
-    forms = {id(f): _form(f, base) for f in parser.forms}
+    forms = {id(f): f.form(base) for f in parser.forms}
     form = forms[id(parser.widget_form)] if parser.widget_form is not None else None
     frames = tuple(urljoin(base, src) for src in parser.frames)
     return Page(url, parser.title, widget, form, tuple(forms.values()), frames)

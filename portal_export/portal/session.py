@@ -14,11 +14,12 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 import requests
+from requests import Session
 
 from ..breaker import KeyBreaker
 from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
 from .answers import read_answer
-from .page import Form, Page, Widget, parse_page
+from .page import Page, Widget, parse_page
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ _TRY_AGAIN = (408, 429)  # timeouts and rate limits say nothing about the page o
 # unspent, so it is posted again at once, once, instead of a fresh solve after a backoff.
 _GATEWAY = frozenset({"PORTAL_HTTP_502", "PORTAL_HTTP_503", "PORTAL_HTTP_504"})
 TOKEN_FIELD = "g-recaptcha-response"
+Fields = list[tuple[str, str]]  # a form's (name, value) pairs, in order
 
 
 class Solver(Protocol):
@@ -75,7 +77,7 @@ class Post:
     added: frozenset[str]  # fields the form lacked: day, region, the token
     from_form: bool
 
-    def data(self, token: str) -> list[tuple[str, str]]:
+    def data(self, token: str) -> Fields:
         return [(n, token if n == TOKEN_FIELD else v) for n, v in self.fields]
 
 
@@ -91,8 +93,11 @@ class Prepared:
 
 
 def http(
-    session: requests.Session, method: str, url: str, what: str, timeout: float, **kwargs: Any
+    session: Session, method: str, url: str, what: str, timeout: float, fields: Fields | None = None, **kwargs: Any
 ) -> requests.Response:
+    """One request; `fields` go in the query of a GET, in the body otherwise, as a form sends them."""
+    if fields is not None:
+        kwargs["params" if method == "GET" else "data"] = fields
     failure = None
     try:
         resp = session.request(method, url, timeout=timeout, **kwargs)
@@ -105,19 +110,7 @@ def http(
     return resp
 
 
-def _submit(
-    session: requests.Session,
-    form: Form,
-    fields: list[tuple[str, str]],
-    what: str,
-    timeout: float,
-    stream: bool = False,
-) -> requests.Response:
-    fields_as = {"params": fields} if form.method == "GET" else {"data": fields}
-    return http(session, form.method, form.action, what, timeout, stream=stream, **fields_as)
-
-
-def log_in(session: requests.Session, base_url: str, login: Login, timeout: float) -> None:
+def log_in(session: Session, base_url: str, login: Login, timeout: float) -> None:
     """Post the login page's form with the credentials; LoginRefused when the form comes back."""
     if login.breaker is not None:
         login.breaker.check()
@@ -141,7 +134,7 @@ def log_in(session: requests.Session, base_url: str, login: Login, timeout: floa
         raise PermanentError(
             "PORTAL_NO_LOGIN_FORM", f"the login form at {resp.url} has no named username/password input"
         )
-    answer = _submit(session, form, fields, f"login post to {form.action}", timeout)
+    answer = http(session, form.method, form.action, f"login post to {form.action}", timeout, fields)
     if parse_page(answer.text, answer.url).login_form is not None:
         detail = f"the portal showed its login form again after the login of {login.username!r} at {url}"
         if login.breaker is not None:
@@ -152,11 +145,7 @@ def log_in(session: requests.Session, base_url: str, login: Login, timeout: floa
     log.info("logged in to %s as %s", base_url, login.username)
 
 
-def _same_portal(url: str, base_url: str) -> bool:
-    return urlsplit(url).netloc == urlsplit(base_url).netloc
-
-
-def _post_for(page: Page, widget: Widget, base_url: str, day: str, region: str) -> Post:
+def _post_for(page: Page, base_url: str, day: str, region: str) -> Post:
     form = page.form
     if form is None:  # no form around the widget: the portal's simple post
         fields = (("day", day), ("region", region), (TOKEN_FIELD, ""))
@@ -170,13 +159,7 @@ def _post_for(page: Page, widget: Widget, base_url: str, day: str, region: str) 
 
 
 def prepare(
-    session: requests.Session,
-    base_url: str,
-    day: str,
-    region: str,
-    *,
-    http_timeout_s: float = 30.0,
-    login: Login | None = None,
+    session: Session, base_url: str, day: str, region: str, *, http_timeout_s: float = 30.0, login: Login | None = None
 ) -> Prepared:
     """Log in where asked, load the export page (or the frame of the portal holding the widget)."""
     base_url = base_url.rstrip("/")
@@ -191,8 +174,8 @@ def prepare(
     frame = None
     if page.widget is None:
         for src in page.frames:
-            if not _same_portal(src, base_url):
-                continue
+            if urlsplit(src).netloc != urlsplit(base_url).netloc:
+                continue  # another site's frame: not the portal's to load
             framed = http(session, "GET", src, f"frame of the export page of {what}", http_timeout_s)
             if framed.status_code >= 400:
                 raise PermanentError(f"PORTAL_HTTP_{framed.status_code}", f"frame {framed.url} of {what}")
@@ -201,7 +184,7 @@ def prepare(
                 holder, frame = candidate, framed.url
                 break
     widget = holder.widget
-    post = _post_for(holder, widget, base_url, day, region) if widget is not None else None
+    post = _post_for(holder, base_url, day, region) if widget is not None else None
     return Prepared(page, holder.url, widget, post, frame)
 
 
@@ -213,7 +196,7 @@ def export_once(
     *,
     sink: Sink,
     http_timeout_s: float = 30.0,
-    session: requests.Session | None = None,
+    session: Session | None = None,
     login: Login | None = None,
     on_task: Callable[[str], object] | None = None,
     on_poll: Callable[[str, int, float], object] | None = None,
@@ -222,7 +205,7 @@ def export_once(
     """Load the export page, solve its reCAPTCHA, post its form; the records go to `sink` as the
     answer arrives, never held whole. `on_repost(code)` hears of a post sent again after a gateway error."""
     what = f"day {day} region {region}"
-    with nullcontext(session) if session else requests.Session() as s:
+    with nullcontext(session) if session else Session() as s:
         ready = prepare(s, base_url, day, region, http_timeout_s=http_timeout_s, login=login)
         if ready.widget is None or ready.post is None:
             raise PermanentError("NO_SITEKEY", f"no reCAPTCHA sitekey on the export page of {what} at {ready.page.url}")
@@ -231,10 +214,9 @@ def export_once(
             {**ready.widget.solve_params(), "pageurl": ready.pageurl}, on_submit=on_task, on_poll=on_poll
         )
         log.info("%s: CaptchaAI task %s solved in %.1f s", what, task_id, seconds)
-        form = Form(post.url, post.method, ())
         reposted = False
         try:
-            resp = _submit(s, form, post.data(token), f"form post of {what}", http_timeout_s, stream=True)
+            resp = http(s, post.method, post.url, f"form post of {what}", http_timeout_s, post.data(token), stream=True)
         except TransientError as err:
             if err.code not in _GATEWAY:
                 raise
@@ -242,7 +224,8 @@ def export_once(
             reposted = True
             if on_repost is not None:
                 on_repost(err.code)
-            resp = _submit(s, form, post.data(token), f"form post of {what}, sent again", http_timeout_s, stream=True)
+            again = f"form post of {what}, sent again"
+            resp = http(s, post.method, post.url, again, http_timeout_s, post.data(token), stream=True)
         del token  # single use: nothing of it outlives the post
         with resp:  # streamed: its connection goes back to the pool once read or refused
             if resp.status_code >= 400:

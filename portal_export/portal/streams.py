@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import io
 import json
 import re
@@ -27,6 +28,10 @@ _NOT_RECORDS = "JSON without a list of record objects"
 encode_record: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(r, ensure_ascii=False)
 
 
+def bad_answer(what: str, why: str) -> PermanentError:
+    return PermanentError("PORTAL_BAD_ANSWER", f"{what} answered {why}")
+
+
 def text_codec(encoding: str | None) -> str:
     """A codec Python knows for an answer's charset (UTF-8 when none or unknown), a UTF-8 BOM dropped."""
     try:
@@ -40,13 +45,10 @@ class JSONReader:
     """A JSON document read from a binary stream value by value, with json.loads' own scanner."""
 
     def __init__(self, raw: io.BufferedReader[Any], encoding: str | None, what: str) -> None:
-        self.raw, self.what = raw, what
+        self.raw, self.bad = raw, functools.partial(bad_answer, what)
         self.decoder = codecs.getincrementaldecoder(text_codec(encoding))(errors="replace")  # as requests' .text
         self.scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the stubs misname its argument
         self.buf, self.pos, self.eof = "", 0, False
-
-    def bad(self, why: str) -> PermanentError:
-        return PermanentError("PORTAL_BAD_ANSWER", f"{self.what} answered {why}")
 
     def more(self) -> bool:
         """Read on into the buffer, dropping what was read; False at the end of the stream."""
@@ -155,19 +157,16 @@ def csv_lines(raw: io.BufferedReader[Any], encoding: str | None, what: str) -> I
     try:
         header = next(rows, None)
         if not header:
-            raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered CSV without a header row")
+            raise bad_answer(what, "CSV without a header row")
         if len(set(header)) != len(header):
-            raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered CSV with repeated header names")
+            raise bad_answer(what, "CSV with repeated header names")
         keys = [encode_basestring(name) + ": " for name in header]
         for row in rows:
             if not row:  # a blank line holds no record
                 continue
             if len(row) != len(keys):
-                raise PermanentError(
-                    "PORTAL_BAD_ANSWER",
-                    f"{what} answered CSV whose line {rows.line_num} has {len(row)} fields, the header {len(keys)}",
-                )
+                raise bad_answer(what, f"CSV whose line {rows.line_num} has {len(row)} fields, the header {len(keys)}")
             # what encode_record gives for dict(zip(header, row)), at a third of its cost
             yield "{" + ", ".join([key + encode_basestring(value) for key, value in zip(keys, row, strict=True)]) + "}"
     except csv.Error as exc:
-        raise PermanentError("PORTAL_BAD_ANSWER", f"{what} answered malformed CSV ({exc})") from None
+        raise bad_answer(what, f"malformed CSV ({exc})") from None
