@@ -24,14 +24,13 @@ from tasks.region import check_login, make_solver
 from tasks.secrets import say
 
 from . import UsageError, luigi_run, luigid, retention_run, run_alert, steward, takeover
-from . import scheduler_url as central
 from .takeover import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
 
 
 def scheduler_url() -> str:
     url = os.environ.get("LUIGI_SCHEDULER_URL") or "http://127.0.0.1:8082"
-    if problem := central.problem(url):
-        raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
+    if problem := luigid.problem(url):
+        raise UsageError(f"LUIGI_SCHEDULER_URL={luigid.shown(url)}: {problem}")
     return url
 
 
@@ -45,21 +44,21 @@ def choose_scheduler() -> str | None:
         say("scheduler: local (SCHEDULER=local)")
         return None
     url = scheduler_url()
-    shown = central.shown(url)
+    shown = luigid.shown(url)
     try:
-        status = central.status(url)
+        status = luigid.status(url)
     except requests.exceptions.SSLError as err:
         raise UsageError(
             f"the central scheduler at {shown} failed TLS verification ({err.__class__.__name__}): "
             "REQUESTS_CA_BUNDLE=/path/to/ca.pem names a private CA"
         ) from None
-    if status in central.REFUSED:
+    if status in luigid.REFUSED:
         given = (
             "the credentials in" if urlsplit(url).username else "a request without credentials: put USER:PASSWORD@ in"
         )
         raise UsageError(f"the central scheduler at {shown} refused {given} LUIGI_SCHEDULER_URL (HTTP {status})")
     if status is not None:
-        say(f"scheduler: central at {shown} (visualiser: {central.bare(url)})")
+        say(f"scheduler: central at {shown} (visualiser: {luigid.bare(url)})")
         return url
     if mode == "central":
         raise UsageError(
@@ -114,7 +113,7 @@ def plan_check(
 ) -> tuple[list[str], steward.PlanSeen | None]:
     """Plan threads against the cap in force and workers: the problems, and the reading (None: no answer)."""
     if url:
-        cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
+        cap, where = luigid_cap(url), f"luigid's at {luigid.shown(url)}"
     else:
         cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
     workers = args.workers or luigi.interface.core().workers

@@ -30,8 +30,7 @@ from tasks.region import make_solver
 
 from . import stopping
 from .luigi_run import WorkerSchedulerFactory
-from .luigid import remote
-from .scheduler_url import bare, shown
+from .luigid import bare, remote, shown
 
 log = logging.getLogger(__name__)
 LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
