@@ -168,16 +168,11 @@ def listen_addresses(bind: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def reach(bind: str, port: int) -> str:
-    """A URL this host reaches luigid at, bound to `bind`: a wildcard is reached on loopback."""
-    host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def _can_start(url: str, say: Say, bind: str, pid: int | None = None) -> tuple[str, int, list[str]] | int:
     """(URL to reach it at, port, addresses) for a luigid on `bind`, its private dirs made; else an exit code."""
     port = urlsplit(url).port or 8082
-    local = reach(bind, port)
+    host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)  # a wildcard is reached on loopback
+    local = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     if pid or answers(local):
         say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
         return 1
