@@ -102,18 +102,14 @@ def heal(days: Sequence[datetime.date]) -> float | None:
     return newest
 
 
-def luigid_cap(url: str) -> int:
-    """The captchaai cap in force on luigid: its own [resources], not this process's config."""
-    caps = {resource["name"]: int(resource["num_total"]) for resource in luigid.remote(url).resource_list()}
-    return caps.get(config.RESOURCE, 1)  # 1: luigid's default for a resource its config does not declare
-
-
 def plan_check(
     args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
 ) -> tuple[list[str], steward.PlanSeen | None]:
     """Plan threads against the cap in force and workers: the problems, and the reading (None: no answer)."""
-    if url:
-        cap, where = luigid_cap(url), f"luigid's at {luigid.shown(url)}"
+    if url:  # the cap in force on luigid is its own [resources], not this process's config
+        caps = {resource["name"]: int(resource["num_total"]) for resource in luigid.remote(url).resource_list()}
+        # 1: luigid's default for a resource its config does not declare
+        cap, where = caps.get(config.RESOURCE, 1), f"luigid's at {luigid.shown(url)}"
     else:
         cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
     workers = args.workers or luigi.interface.core().workers
