@@ -135,7 +135,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from . import history  # SQLAlchemy: a tenth of a second at every other command's start
 
     url = scheduler_url()
-    events, tasks = history.prune(history.db_path(), history.cutoff_of(retention_run.keep_s(), time.time()))
+    events, tasks = history.prune(history.DB, history.cutoff_of(retention_run.keep_s(), time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
     return (luigid.foreground if args.foreground else luigid.start)(url, say, args.bind)
