@@ -120,8 +120,6 @@ def plan_check(
         if strict:
             raise
         return [str(err)], None
-    if run is not None:
-        run.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
@@ -134,6 +132,8 @@ def plan_check(
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
             "solves wait for threads to free up"
         )
+        if run is not None:
+            run.busy_plan = (threads, working)
     return problems, steward.PlanSeen(threads, working)
 
 
