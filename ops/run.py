@@ -126,7 +126,7 @@ def plan_check(
         f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
         + ("ok" if not problems else "; ".join(problems))
     )
-    say(steward.describe(url, threads, working))
+    say(steward.describe(threads, working))
     if working >= threads:
         say(
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
