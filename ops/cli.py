@@ -45,25 +45,18 @@ def parse_day(name: str, value: str | None, why: str = "") -> datetime.date:
     return day
 
 
-def parse_ended_day(name: str, value: str | None) -> datetime.date:
-    """A day that has ended in UTC: a complete day is never exported again."""
-    day = parse_day(name, value)
-    today = utc_today()
-    if day >= today:
-        raise UsageError(
-            f"{name}={value} has not ended yet in UTC (today is {today}): a day is exported once it has ended, "
-            f"the newest is {today - datetime.timedelta(days=1)}"
-        )
-    return day
-
-
 def utc_today() -> datetime.date:
     return datetime.datetime.now(datetime.timezone.utc).date()  # RangeDaily clips to its own "now", which is UTC
 
 
 def export_day(args: argparse.Namespace, set_aside: Callable[[datetime.date], float | None]) -> int:
     """DayExport for DAY, with its summary and alert; `set_aside(day)` runs after the portal login."""
-    day = parse_ended_day("DAY", args.day)
+    day, today = parse_day("DAY", args.day), utc_today()
+    if day >= today:  # a complete day is never exported again
+        raise UsageError(
+            f"DAY={args.day} has not ended yet in UTC (today is {today}): a day is exported once it has ended, "
+            f"the newest is {today - datetime.timedelta(days=1)}"
+        )
     check_args(args)
     with run_alert.RunAlert(args, [day]) as run:
         code = run_luigi(args, [DayExport(day)], [day], lambda: set_aside(day), run)
@@ -135,7 +128,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     from . import history  # SQLAlchemy: a tenth of a second at every other command's start
 
     url = scheduler_url()
-    events, tasks = history.prune(history.db_path(), history.cutoff_of(retention_run.keep_s(), time.time()))
+    events, tasks = history.prune(history.DB, history.cutoff_of(retention_run.keep_s(), time.time()))
     if tasks or events:
         say(f"scheduler: removed {tasks} task runs ({events} events) older than keep_state_days from luigid's history")
     return (luigid.foreground if args.foreground else luigid.start)(url, say, args.bind)
@@ -149,10 +142,7 @@ def show(message: str) -> None:
 def cmd_metrics_server(args: argparse.Namespace) -> int:
     from . import metrics_server  # prometheus_client: only this command needs it
 
-    try:
-        port = metrics_server.parse_port(args.port)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    port = metrics_server.parse_port(args.port)
     if not args.bind.strip():
         raise UsageError("METRICS_BIND is empty: give an address (127.0.0.1 by default)")
     return metrics_server.serve(port, args.bind.strip(), say)

@@ -15,10 +15,7 @@ from sqlalchemy import exists, func, select
 from .luigid import VAR
 
 BATCH = 1000
-
-
-def db_path() -> Path:
-    return VAR / "luigid" / "history.db"
+DB = VAR / "luigid" / "history.db"
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """`make scheduler` / `make scheduler-stop`: luigid on loopback (or a named address), its state and task history
 in var/; `--foreground` for a service manager (deploy/portal-export-luigid.service). Its config sets the captchaai
 cap for its runs, so it is written from the client config at every start: one place to size the cap. luigid runs
-in its home, so it reads no other config."""
+in its home, so it reads no other config. LUIGI_SCHEDULER_URL is checked, shown without its password, and probed:
+on a network luigid sits behind an authenticating proxy whose credentials the URL carries
+(`https://USER:PASSWORD@HOST:PORT`), sent as HTTP basic auth by Luigi's RPC client and the probe here."""
 
 import configparser
 import contextlib
@@ -15,15 +17,15 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import luigi.configuration
-import luigi.rpc
+import requests
 
 from tasks import config, targets
+from tasks.secrets import MASK
 
 from . import stopping
-from .scheduler_url import answers
 
 VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
@@ -32,6 +34,59 @@ LUIGID = Path(sys.executable).with_name("luigid")
 # [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
 S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 Say = Callable[[str], None]
+REFUSED = (401, 403)  # the proxy's answers to missing or wrong credentials
+
+
+def problem(url: str) -> str | None:
+    """What is wrong with a scheduler URL, in a few words; None when it can be used."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError as err:
+        return f"not a URL ({err})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "give http(s)://[USER:PASSWORD@]HOST:PORT"
+    for what, value in (("user", parts.username), ("password", parts.password)):
+        if value and not unquote(value).isascii():
+            # refused far from here otherwise: no htpasswd entry made from UTF-8 matches it
+            return f"the {what} must be ASCII (Luigi's HTTP client sends basic-auth credentials as Latin-1)"
+    return None
+
+
+def shown(url: str) -> str:
+    """The URL as printed: its password masked, the user kept (which login a run uses)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    user, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    name, colon, _ = user.partition(":")
+    return parts._replace(netloc=f"{name}{':' + MASK if colon else ''}@{host}").geturl()
+
+
+def bare(url: str) -> str:
+    """The URL without its credentials: the visualiser's address (a browser asks for the login)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def answers(url: str) -> bool:
+    """Whether anything answers HTTP at `url` (a scheduler, if it is one); a TLS failure is no answer."""
+    with contextlib.suppress(requests.exceptions.SSLError):
+        return status(url) is not None
+    return False
+
+
+def status(url: str) -> int | None:
+    """The HTTP status answered at `url`, None when nothing answers; SSLError when TLS verification fails."""
+    try:
+        return requests.get(url, timeout=2, allow_redirects=False).status_code
+    except requests.exceptions.SSLError:
+        raise
+    except requests.RequestException:
+        return None
 
 
 def remote(url: str) -> Any:
@@ -113,16 +168,11 @@ def listen_addresses(bind: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def reach(bind: str, port: int) -> str:
-    """A URL this host reaches luigid at, bound to `bind`: a wildcard is reached on loopback."""
-    host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def _can_start(url: str, say: Say, bind: str, pid: int | None = None) -> tuple[str, int, list[str]] | int:
     """(URL to reach it at, port, addresses) for a luigid on `bind`, its private dirs made; else an exit code."""
     port = urlsplit(url).port or 8082
-    local = reach(bind, port)
+    host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)  # a wildcard is reached on loopback
+    local = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     if pid or answers(local):
         say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
         return 1

@@ -21,7 +21,7 @@ from portal_export.runs import ttl_s
 from portal_export.store import Store
 from tasks import config, targets
 
-from . import retention_run
+from . import UsageError, retention_run
 
 log = logging.getLogger(__name__)
 STORE_RETRY_S = 3.0  # a scrape's wait for an object store that does not answer: Prometheus's timeout is 10 s
@@ -122,9 +122,9 @@ def gauge(name: str, help: str, value: float) -> GaugeMetricFamily:
 
 
 def parse_port(text: str) -> int:
-    """METRICS_PORT: 0 (any free port) to 65535; else ValueError."""
+    """METRICS_PORT: 0 (any free port) to 65535; else UsageError."""
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
-        raise ValueError(f"METRICS_PORT={text!r}: give a port number from 1 to 65535 (0: any free port)")
+        raise UsageError(f"METRICS_PORT={text!r}: give a port number from 1 to 65535 (0: any free port)")
     return int(text)
 
 

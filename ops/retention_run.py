@@ -58,8 +58,8 @@ def cmd_state(say: Callable[[str], None]) -> int:
     say(f"state of {targets.where()} (keep_state_days {keep_s() / retention.DAY_S:g}):")
     for name, tally in retention.survey(targets.store()).items():
         say(f"  {name:<16} {tally.count:>7} objects  oldest {_when(tally.oldest):<20}  {tally.size:>10} bytes")
-    found = history.survey(history.db_path())
-    note = f"{history.db_path()}: none" if found is None else f"{found.events} events, local time"
+    found = history.survey(history.DB)
+    note = f"{history.DB}: none" if found is None else f"{found.events} events, local time"
     found = found or history.History(0, 0, None, 0)
     oldest = "-" if found.oldest is None else found.oldest.strftime("%Y-%m-%dT%H:%M:%S")
     say(f"  {'luigid-history':<16} {found.rows:>7} rows     oldest {oldest:<20}  {found.size:>10} bytes ({note})")
@@ -82,7 +82,7 @@ def cmd_prune(say: Callable[[str], None], dry_run: bool) -> int:
         shown[kind.name] = shown.get(kind.name, 0) + len(gone)
 
     done = retention.prune_all(store, rules, delete=not dry_run, say=said)
-    events, tasks = history.prune(history.db_path(), history.cutoff_of(rules.keep_s, rules.now), delete=not dry_run)
+    events, tasks = history.prune(history.DB, history.cutoff_of(rules.keep_s, rules.now), delete=not dry_run)
     parts = [f"{n} {name}" for name, n in done.items() if n]
     parts += [f"{tasks} luigid-history task runs ({events} events)"] if events or tasks else []
     say(

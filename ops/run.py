@@ -24,14 +24,13 @@ from tasks.region import check_login, make_solver
 from tasks.secrets import say
 
 from . import UsageError, luigi_run, luigid, retention_run, run_alert, steward, takeover
-from . import scheduler_url as central
 from .takeover import all_complete, portal_tasks, reenable, settle_done_cooldown, wait_for_other_runs
 
 
 def scheduler_url() -> str:
     url = os.environ.get("LUIGI_SCHEDULER_URL") or "http://127.0.0.1:8082"
-    if problem := central.problem(url):
-        raise UsageError(f"LUIGI_SCHEDULER_URL={central.shown(url)}: {problem}")
+    if problem := luigid.problem(url):
+        raise UsageError(f"LUIGI_SCHEDULER_URL={luigid.shown(url)}: {problem}")
     return url
 
 
@@ -45,21 +44,21 @@ def choose_scheduler() -> str | None:
         say("scheduler: local (SCHEDULER=local)")
         return None
     url = scheduler_url()
-    shown = central.shown(url)
+    shown = luigid.shown(url)
     try:
-        status = central.status(url)
+        status = luigid.status(url)
     except requests.exceptions.SSLError as err:
         raise UsageError(
             f"the central scheduler at {shown} failed TLS verification ({err.__class__.__name__}): "
             "REQUESTS_CA_BUNDLE=/path/to/ca.pem names a private CA"
         ) from None
-    if status in central.REFUSED:
+    if status in luigid.REFUSED:
         given = (
             "the credentials in" if urlsplit(url).username else "a request without credentials: put USER:PASSWORD@ in"
         )
         raise UsageError(f"the central scheduler at {shown} refused {given} LUIGI_SCHEDULER_URL (HTTP {status})")
     if status is not None:
-        say(f"scheduler: central at {shown} (visualiser: {central.bare(url)})")
+        say(f"scheduler: central at {shown} (visualiser: {luigid.bare(url)})")
         return url
     if mode == "central":
         raise UsageError(
@@ -103,18 +102,14 @@ def heal(days: Sequence[datetime.date]) -> float | None:
     return newest
 
 
-def luigid_cap(url: str) -> int:
-    """The captchaai cap in force on luigid: its own [resources], not this process's config."""
-    caps = {resource["name"]: int(resource["num_total"]) for resource in luigid.remote(url).resource_list()}
-    return caps.get(config.RESOURCE, 1)  # 1: luigid's default for a resource its config does not declare
-
-
 def plan_check(
     args: argparse.Namespace, strict: bool = False, url: str | None = None, run: run_alert.RunAlert | None = None
 ) -> tuple[list[str], steward.PlanSeen | None]:
     """Plan threads against the cap in force and workers: the problems, and the reading (None: no answer)."""
-    if url:
-        cap, where = luigid_cap(url), f"luigid's at {central.shown(url)}"
+    if url:  # the cap in force on luigid is its own [resources], not this process's config
+        caps = {resource["name"]: int(resource["num_total"]) for resource in luigid.remote(url).resource_list()}
+        # 1: luigid's default for a resource its config does not declare
+        cap, where = caps.get(config.RESOURCE, 1), f"luigid's at {luigid.shown(url)}"
     else:
         cap, where = config.configured_cap(), f"[resources] {config.RESOURCE}"
     workers = args.workers or luigi.interface.core().workers
@@ -125,20 +120,20 @@ def plan_check(
         if strict:
             raise
         return [str(err)], None
-    if run is not None:
-        run.note_plan(threads, working)
     problems = plan_verdict(threads, cap, workers)
     prefix = "warning: " if problems and not strict else ""
     say(
         f"{prefix}plan: {threads} threads, {working} working now; cap {cap} solves ({where}), {workers} workers: "
         + ("ok" if not problems else "; ".join(problems))
     )
-    say(steward.describe(url, threads, working))
+    say(steward.describe(threads, working))
     if working >= threads:
         say(
             f"warning: plan: all {threads} threads are busy now: another consumer is using this key; "
             "solves wait for threads to free up"
         )
+        if run is not None:
+            run.busy_plan = (threads, working)
     return problems, steward.PlanSeen(threads, working)
 
 

@@ -104,7 +104,7 @@ class RunAlert:
 
     def __init__(self, args: argparse.Namespace, days: Sequence[datetime.date]) -> None:
         self.command, self.days, self.rerun = args.command, list(days), rerun_command(args)
-        self.busy_plan: tuple[int, int] | None = None
+        self.busy_plan: tuple[int, int] | None = None  # (threads, working) when every thread worked at the start
         self.started = time.time()  # this host's clock: the run's own durations
         self.started_store = store_now(targets.store())  # the store's: what other hosts wrote since
         complete = complete_days(self.days)
@@ -140,11 +140,6 @@ class RunAlert:
                 if day in complete:
                     self.done.append(day)
                     say(alert_text.progress_line(day, len(self.done), len(self.todo), time.time() - self.started))
-
-    def note_plan(self, threads: int, working: int) -> None:
-        """Every thread working at the start: other consumers hold them all."""
-        if working >= threads:
-            self.busy_plan = (threads, working)
 
     def _stop_watching(self) -> None:
         if self._stop.is_set():

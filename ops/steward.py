@@ -30,8 +30,7 @@ from tasks.region import make_solver
 
 from . import stopping
 from .luigi_run import WorkerSchedulerFactory
-from .luigid import remote
-from .scheduler_url import bare, shown
+from .luigid import bare, remote, shown
 
 log = logging.getLogger(__name__)
 LEND_EVERY_S = 0.05  # how soon a region that starts waiting lends its slot (Luigi asks every wait_interval, 0.2 s)
@@ -135,10 +134,6 @@ class Steward:
         self._apply()
         self.caplog.note(cap, self.configured, reason, self.run)
 
-    def on_read(self, cap: int) -> None:
-        """Solves refused as busy wait for a reading made after their refusal."""
-        self.cap_file.write(cap, time.time(), self.run)
-
     def blocked(self, reason: str | None) -> None:
         """No usable thread by the deadline: the waiting regions start, to fail with PLAN_BUSY."""
         self.caplog.set_busy(reason)
@@ -191,7 +186,8 @@ class Steward:
                 every_s=self.every_s,
                 set_cap=self.set_cap,
                 blocked=self.blocked,
-                on_read=self.on_read,
+                # solves refused as busy wait for a reading made after their refusal
+                on_read=lambda cap: self.cap_file.write(cap, time.time(), self.run),
             )
             self.cap = None  # the new governor's first reading is logged as the start of its ownership
             self.governor.start(self.seen)
@@ -295,7 +291,7 @@ def following_plan(url: str | None, seen: PlanSeen | None = None) -> Iterator[Wo
         os.environ.pop(RUN_ENV, None)
 
 
-def describe(url: str | None, threads: int, working: int) -> str:
+def describe(threads: int, working: int) -> str:
     """`make plan`'s line on the cap that follows the plan (also said at the start of every run)."""
     cfg = config.captchaai()
     configured = configured_cap()

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from ops.luigid import LUIGID, environment, luigid_config
-from ops.scheduler_url import answers
+from ops.luigid import LUIGID, answers, environment, luigid_config
 
 from .ports import PortTaken, free_port, on_free_ports, port_taken
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from ops import scheduler_url
+from ops import luigid as scheduler_url
 from ops.cli import main
 from ops.luigid import remote
 from tasks.secrets import scrub, url_password

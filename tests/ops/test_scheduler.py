@@ -20,7 +20,7 @@ import psutil
 import pytest
 import requests
 
-from ops.scheduler_url import answers as scheduler_answers
+from ops.luigid import answers as scheduler_answers
 from sandbox.hosts import unshare
 from sandbox.ports import free_port
 from tests import ROOT
@@ -247,7 +247,7 @@ def test_make_scheduler_listens_on_the_address_it_is_given_and_warns_once_beyond
     if not (ROOT / ".venv" / "bin" / "python").exists():
         pytest.skip("make test creates .venv; this runs there")
     env = {"LUIGI_SCHEDULER_URL": "http://ops:pw-1234@10.18.0.1:8082"}  # the port is what it takes from it
-    probe = [sys.executable, "-c", "import sys, ops.scheduler_url as s; print(s.answers(sys.argv[1]))"]
+    probe = [sys.executable, "-c", "import sys, ops.luigid as s; print(s.answers(sys.argv[1]))"]
     listening = [
         sys.executable,
         "-c",
