@@ -40,10 +40,6 @@ KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, R
 NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # dead runs and marks go when listed
 
 
-def keep_seconds(keep_state_days: float) -> float:
-    return keep_state_days * DAY_S
-
-
 @dataclass
 class Policy:
     """Now, how long state is kept, the runs with a heartbeat, the breakers in use (None: unknown)."""
