@@ -7,7 +7,7 @@ batch each (`prune_some`, hashed kinds from a random point: all reached over nig
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from . import store_keys
@@ -100,35 +100,29 @@ def live_runs(store: Store) -> set[str]:
     return {store_keys.run_of(key) for key in store.list(store_keys.RUNS)}
 
 
-def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) -> Iterator[tuple[list[Entry], bool]]:
+def _listings(store: Store, kind: Kind) -> Iterator[tuple[list[Entry], bool]]:
     """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random point, wrapping
     round to its start (a chain's names share its hash: the point splits none)."""
     if not kind.hashed:
-        found = store.entries(kind.prefix, limit=batch)
-        yield found, len(found) < batch
+        found = store.entries(kind.prefix, limit=BATCH)
+        yield found, len(found) < BATCH
         return
-    start = f"{kind.prefix}{rng.getrandbits(16):04x}"
-    after = store.entries(kind.prefix, start_after=start, limit=batch)
-    yield after, len(after) < batch
-    room = batch - len(after)
+    start = f"{kind.prefix}{random.getrandbits(16):04x}"
+    after = store.entries(kind.prefix, start_after=start, limit=BATCH)
+    yield after, len(after) < BATCH
+    room = BATCH - len(after)
     if room > 0:
         raw = store.entries(kind.prefix, limit=room)
         before = [e for e in raw if e.key <= start]
         yield before, len(raw) < room or len(before) < len(raw)
 
 
-def prune_some(
-    store: Store,
-    policy: Policy,
-    budget: int = BUDGET,
-    kinds: Iterable[Kind] = NIGHTLY,
-    rng: random.Random | None = None,
-) -> dict[str, int]:
-    """A run's share: a bounded listing per kind, `budget` deletes in all. Returns them by kind."""
-    rng = rng or random.Random()
+def prune_some(store: Store, policy: Policy) -> dict[str, int]:
+    """A run's share: a bounded listing per kind, `BUDGET` deletes in all. Returns them by kind."""
+    budget = BUDGET
     done: dict[str, int] = {}
-    for kind in kinds:
-        for found, complete in _listings(store, kind, rng):
+    for kind in NIGHTLY:
+        for found, complete in _listings(store, kind):
             for key in policy.removable(kind, found, complete)[:budget]:
                 store.delete(key)
                 done[kind.name] = done.get(kind.name, 0) + 1
