@@ -56,8 +56,9 @@ class Policy:
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
         """The keys of `found` (a listing of `kind`) that may go; `complete`: it ran to its end (last chain whole)."""
         old = [e.key for e in found if e.modified < self.cutoff]
-        if kind is CAP_LOG:
-            return self._cap_log(found)
+        if kind is CAP_LOG:  # old changes of no run with a heartbeat; the listing's newest stays (it may be in force)
+            changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
+            return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
         if kind is ALERTS:
             return old
         if kind is BREAKERS:
@@ -71,11 +72,6 @@ class Policy:
         if kind is FAILURES:
             return [k for k in old if is_failure_record(k)]
         return []
-
-    def _cap_log(self, found: list[Entry]) -> list[str]:
-        """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
-        changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
-        return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
 
     def _leases(self, found: list[Entry], complete: bool) -> list[str]:
         """Old generations; a chain's newest only when no run has a heartbeat and it was listed whole."""
@@ -141,9 +137,7 @@ def prune_all(
 ) -> dict[str, int]:
     """Everything `policy` lets go, `batch` listed at a time (`delete=False`: only counted and said), by kind."""
     done: dict[str, int] = {}
-    for kind in KINDS:
-        if kind is OTHER:
-            continue  # one object each, kept
+    for kind in [k for k in KINDS if k is not OTHER]:  # other-state: one object each, kept
         after = ""
         while True:
             found = store.entries(kind.prefix, start_after=after, limit=max(2, batch))
