@@ -19,7 +19,7 @@ def keep_s() -> float:
     days = config.portal().keep_state_days
     if not days > 0:
         raise config.ConfigError(f"[portal] keep_state_days = {days}: give a positive number of days")
-    return retention.keep_seconds(days)
+    return days * retention.DAY_S
 
 
 def breakers_in_use() -> set[str] | None:

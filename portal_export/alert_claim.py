@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,10 +45,6 @@ def fingerprint(facts: RunFacts, kind: str) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _claim_of(record: Mapping[str, Any], at: float, ours: bool = False) -> Claim:
-    return Claim(ours, str(record.get("host") or "?"), at)
-
-
 def claim(store: Store, fingerprint: str, started: float, host: str, run: str = "") -> Claim:
     """Claim the alert of a run that started at `started` (`state.store_now`). OSError, ValueError or StoreError when
     the store cannot say: the caller then sends (twice rather than never)."""
@@ -65,8 +60,8 @@ def claim(store: Store, fingerprint: str, started: float, host: str, run: str = 
         if n != newest and chain.create(n, record):
             # two kept: a host racing for the one before still finds it taken
             chain.prune(n, KEEP, reach=KEEP)
-            return _claim_of(record, made(n), ours=True)
+            return Claim(True, host or "?", made(n))
         other = chain.read(n, tolerate=())  # a garbled claim raises: the caller sends
         if other is not None and (at := made(n)) >= started - SLACK_S:
-            return _claim_of(other, at)
+            return Claim(False, str(other.get("host") or "?"), at)
         n += 1

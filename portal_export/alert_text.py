@@ -78,11 +78,10 @@ def cause(missing: MissingDay, regions: Sequence[str]) -> str:
     for region in regions:
         if region in missing.failed_regions:
             by_code[missing.failed_regions[region]].append(region)
-    parts = []
     if len(by_code) == 1 and len(next(iter(by_code.values()))) == len(regions) > 1:
-        parts.append(f"every region {next(iter(by_code))}")
+        parts = [f"every region {next(iter(by_code))}"]
     else:
-        parts += [f"{', '.join(names)} {code}" for code, names in sorted(by_code.items())]
+        parts = [f"{', '.join(names)} {code}" for code, names in sorted(by_code.items())]
     if missing.day_code:
         parts.append(f"day {missing.day_code}")
     return "; ".join(parts) or "not run (no region failed; the run ended before the day)"
@@ -176,10 +175,9 @@ def next_steps(facts: RunFacts, failed: Sequence[MissingDay], invalid: Sequence[
 def progress_line(day: datetime.date, done: int, total: int, elapsed_s: float) -> str:
     """`day 2026-06-03 done: 12 of 92, about 31 min left`, from the pace of the run so far."""
     line = f"day {day} done: {done} of {total}"
-    left = total - done
-    if left <= 0 or done <= 0:
+    if done >= total or done <= 0:
         return line
-    remaining = elapsed_s / done * left
+    remaining = elapsed_s / done * (total - done)
     if remaining < 90:
         return f"{line}, about {max(1, round(remaining))} s left"
     minutes = round(remaining / 60)

@@ -92,9 +92,8 @@ class InFlight(Marks):
         now = time.monotonic()
         if now - read_at < (self.step_s if self.step_s == LOCAL_STEP_S else REMOTE_POKE_EVERY_S):
             return value
-        try:
+        value = 0.0
+        with contextlib.suppress(ValueError, TypeError):
             value = stamp_of(read_dict(self.store, store_keys.PLAN_POKE) or {}) or 0.0
-        except (ValueError, TypeError):
-            value = 0.0
         self._poke_seen = (value, now)
         return value

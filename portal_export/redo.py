@@ -94,8 +94,7 @@ def set_aside(
     write_json(store, keys.redone(day, stamp), stamped({**record, "set_aside": {r: entries[r] for r in unsolvable}}))
     for region in unsolvable:
         key = keys.region(day, region)
-        data = store.read(key)
-        if data is not None:
+        if (data := store.read(key)) is not None:
             store.write(keys.set_aside(day, region, stamp), data)
         store.delete(key)
     if was_complete:  # rebuilt with the regions solved again

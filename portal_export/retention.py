@@ -7,7 +7,7 @@ batch each (`prune_some`, hashed kinds from a random point: all reached over nig
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from . import store_keys
@@ -40,10 +40,6 @@ KINDS = (CAP_LOG, ALERTS, BREAKERS, LEASES, RUNS, INFLIGHT, WAITING, FAILURES, R
 NIGHTLY = (CAP_LOG, ALERTS, BREAKERS, LEASES)  # dead runs and marks go when listed
 
 
-def keep_seconds(keep_state_days: float) -> float:
-    return keep_state_days * DAY_S
-
-
 @dataclass
 class Policy:
     """Now, how long state is kept, the runs with a heartbeat, the breakers in use (None: unknown)."""
@@ -60,8 +56,9 @@ class Policy:
     def removable(self, kind: Kind, found: list[Entry], complete: bool) -> list[str]:
         """The keys of `found` (a listing of `kind`) that may go; `complete`: it ran to its end (last chain whole)."""
         old = [e.key for e in found if e.modified < self.cutoff]
-        if kind is CAP_LOG:
-            return self._cap_log(found)
+        if kind is CAP_LOG:  # old changes of no run with a heartbeat; the listing's newest stays (it may be in force)
+            changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
+            return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
         if kind is ALERTS:
             return old
         if kind is BREAKERS:
@@ -75,11 +72,6 @@ class Policy:
         if kind is FAILURES:
             return [k for k in old if is_failure_record(k)]
         return []
-
-    def _cap_log(self, found: list[Entry]) -> list[str]:
-        """Old changes of no run with a heartbeat; the listing's newest stays (it may be in force)."""
-        changes = [(e.key, store_keys.cap_change_of(e.key)) for e in found[:-1]]  # None: not one of ours
-        return [k for k, c in changes if c is not None and c[0] < self.cutoff and c[3] not in self.live_runs]
 
     def _leases(self, found: list[Entry], complete: bool) -> list[str]:
         """Old generations; a chain's newest only when no run has a heartbeat and it was listed whole."""
@@ -104,35 +96,29 @@ def live_runs(store: Store) -> set[str]:
     return {store_keys.run_of(key) for key in store.list(store_keys.RUNS)}
 
 
-def _listings(store: Store, kind: Kind, rng: random.Random, batch: int = BATCH) -> Iterator[tuple[list[Entry], bool]]:
+def _listings(store: Store, kind: Kind) -> Iterator[tuple[list[Entry], bool]]:
     """One bounded look at `kind`, as (listing, whether it ran to its end): a hashed kind from a random point, wrapping
     round to its start (a chain's names share its hash: the point splits none)."""
     if not kind.hashed:
-        found = store.entries(kind.prefix, limit=batch)
-        yield found, len(found) < batch
+        found = store.entries(kind.prefix, limit=BATCH)
+        yield found, len(found) < BATCH
         return
-    start = f"{kind.prefix}{rng.getrandbits(16):04x}"
-    after = store.entries(kind.prefix, start_after=start, limit=batch)
-    yield after, len(after) < batch
-    room = batch - len(after)
+    start = f"{kind.prefix}{random.getrandbits(16):04x}"
+    after = store.entries(kind.prefix, start_after=start, limit=BATCH)
+    yield after, len(after) < BATCH
+    room = BATCH - len(after)
     if room > 0:
         raw = store.entries(kind.prefix, limit=room)
         before = [e for e in raw if e.key <= start]
         yield before, len(raw) < room or len(before) < len(raw)
 
 
-def prune_some(
-    store: Store,
-    policy: Policy,
-    budget: int = BUDGET,
-    kinds: Iterable[Kind] = NIGHTLY,
-    rng: random.Random | None = None,
-) -> dict[str, int]:
-    """A run's share: a bounded listing per kind, `budget` deletes in all. Returns them by kind."""
-    rng = rng or random.Random()
+def prune_some(store: Store, policy: Policy) -> dict[str, int]:
+    """A run's share: a bounded listing per kind, `BUDGET` deletes in all. Returns them by kind."""
+    budget = BUDGET
     done: dict[str, int] = {}
-    for kind in kinds:
-        for found, complete in _listings(store, kind, rng):
+    for kind in NIGHTLY:
+        for found, complete in _listings(store, kind):
             for key in policy.removable(kind, found, complete)[:budget]:
                 store.delete(key)
                 done[kind.name] = done.get(kind.name, 0) + 1
@@ -151,9 +137,7 @@ def prune_all(
 ) -> dict[str, int]:
     """Everything `policy` lets go, `batch` listed at a time (`delete=False`: only counted and said), by kind."""
     done: dict[str, int] = {}
-    for kind in KINDS:
-        if kind is OTHER:
-            continue  # one object each, kept
+    for kind in [k for k in KINDS if k is not OTHER]:  # other-state: one object each, kept
         after = ""
         while True:
             found = store.entries(kind.prefix, start_after=after, limit=max(2, batch))

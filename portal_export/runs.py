@@ -73,8 +73,7 @@ class Runs:
         if run == current_run():
             return machine() is not None
         if run not in self._here:
-            if state is None:
-                state = read_dict(self.store, store_keys.run(run))
+            state = read_dict(self.store, store_keys.run(run)) if state is None else state
             if state is None:
                 return False  # no heartbeat (yet, or any more): not known, the heartbeat decides
             self._here[run] = machine() is not None and state.get("where") == machine()

@@ -140,9 +140,5 @@ class Chain:
             self.store.delete(self.key(n))
 
 
-_serial = itertools.count()
-
-
-def serial() -> int:
-    """A number no other call of this process gets (a forked child goes on counting: names carry the pid too)."""
-    return next(_serial)
+# A number no other call of this process gets (a forked child goes on counting: names carry the pid too).
+serial = itertools.count().__next__

@@ -28,7 +28,6 @@ class Entry(NamedTuple):
 
 
 Entries = list[Entry]  # named here: inside a store, `list` is its method
-Keys = list[str]
 
 
 class Store(Protocol):
@@ -69,10 +68,9 @@ class LocalStore:
         return str(self.path(key))
 
     def read(self, key: str) -> bytes | None:
-        try:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             return self.path(key).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        return None
 
     @contextlib.contextmanager
     def _temporary(self, target: Path, data: bytes) -> Iterator[str]:
@@ -102,10 +100,9 @@ class LocalStore:
         return self.path(key).exists()
 
     def modified(self, key: str) -> float | None:
-        try:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             return self.path(key).stat().st_mtime
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        return None
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
@@ -114,20 +111,15 @@ class LocalStore:
         times = {entry.key: entry.modified for entry in self.entries(prefix)}
         return times, max([time.time(), *times.values()])
 
-    def list(self, prefix: str, start_after: str = "") -> list[str]:
-        return [key for key in self._walk(prefix) if key > start_after]
-
     def entries(self, prefix: str, start_after: str = "", limit: int | None = None) -> Entries:
         found = []
         for key in self.list(prefix, start_after)[:limit]:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # deleted since the listing
                 st = self.path(key).stat()
-            except FileNotFoundError:
-                continue  # deleted since the listing
-            found.append(Entry(key, st.st_size, st.st_mtime))
+                found.append(Entry(key, st.st_size, st.st_mtime))
         return found
 
-    def _walk(self, prefix: str) -> Keys:
+    def list(self, prefix: str, start_after: str = "") -> list[str]:
         folder = prefix.rpartition("/")[0]
         base = self.root / folder if folder else self.root
         keys = []
@@ -139,4 +131,4 @@ class LocalStore:
                 d for d in dirnames if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")
             ]
             keys += [rel + name for name in filenames if (rel + name).startswith(prefix) and not name.startswith(".")]
-        return sorted(keys)
+        return sorted(key for key in keys if key > start_after)
