@@ -96,13 +96,11 @@ class PortalTask(luigi.Task):
     # retry_delay by a keep-alive worker). The CLI re-enables the disabled tasks of its days on the next run.
     retry_count = 1
 
-    def status(self, message: str) -> None:
-        """The visualiser's status line. Luigi's worker sets the callback before run(): None outside a run."""
-        if self.set_status_message is not None:
+    def status(self, message: str | None = None, percent: int | None = None) -> None:
+        """The visualiser's status line and progress. Luigi's worker sets the callbacks before run(): None outside one."""
+        if message is not None and self.set_status_message is not None:
             self.set_status_message(message)
-
-    def progress(self, percent: int) -> None:
-        if self.set_progress_percentage is not None:
+        if percent is not None and self.set_progress_percentage is not None:
             self.set_progress_percentage(percent)
 
     def run(self) -> None:

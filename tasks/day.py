@@ -55,7 +55,7 @@ class DayExport(PortalTask):
                 with target.open("r") as f:
                     facts[region] = read_facts(f)
                     copy_records(f, records, facts[region]["rows"], f"region target {target.path}")
-            self.progress(50)
+            self.status(percent=50)
             health = self.health(facts)
             try:
                 validate(health, config.portal().max_unsolvable_ratio)
@@ -67,8 +67,7 @@ class DayExport(PortalTask):
         with self.output()["health"].open("w") as out:
             out.write(json.dumps(health, indent=2).encode())
         targets.store().delete(store_keys.failed_health(self.date))
-        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
-        self.progress(100)
+        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable", 100)
 
     def health(self, facts: dict[str, dict[str, Any]]) -> DayHealth:
         """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
