@@ -1,6 +1,5 @@
-"""The data dir in an S3-compatible object store, reached as Luigi's `S3Target`s are (`[s3]`, else boto3's
-chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
-object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
+"""The data dir in an S3-compatible object store. Every write is one whole `PutObject`, never multipart: a killed run
+leaves no partial or temporary object. An outage is retried for `[portal] store_retry_s`; other errors are one line."""
 
 import email.utils
 import io
@@ -33,8 +32,7 @@ REFUSED: tuple[str, ...] = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "Acce
 REFUSED += ("InvalidToken", "ExpiredToken", "TokenRefreshRequired")
 NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
-# botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
-# an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
+# botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight to no endpoint fails fast.
 CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 
 
