@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import luigi
 
-from portal_export.failures import clear_failure, write_failure
+from portal_export.failures import write_failure
 
 from . import targets
 from .secrets import format_failure, scrub
@@ -97,7 +97,7 @@ class PortalTask(luigi.Task):
     retry_count = 1
 
     def status(self, message: str | None = None, percent: int | None = None) -> None:
-        """The visualiser's status line and progress. Luigi's worker sets the callbacks before run(): None outside one."""
+        """The visualiser's status line and progress bar. Luigi's worker sets them before run(): None outside one."""
         if message is not None and self.set_status_message is not None:
             self.set_status_message(message)
         if percent is not None and self.set_progress_percentage is not None:
@@ -117,7 +117,7 @@ class PortalTask(luigi.Task):
         raise NotImplementedError
 
     def clear_failures(self) -> None:
-        clear_failure(targets.store(), self.failure_key())
+        """After success. A region's is left to its DayExport, off its slot: a record counts only without output."""
 
     def failure_key(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""

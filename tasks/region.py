@@ -78,9 +78,6 @@ class RegionExport(PortalTask):
     def failure_key(self) -> str:
         return store_keys.region_failure(self.date, self.region)
 
-    def clear_failures(self) -> None:
-        """Left to the DayExport (a record counts only while the region has no output): no request on this slot."""
-
     def make_solver(self) -> CaptchaAI:
         """A test seam. An open breaker, or no plan thread freeing up, fails the region before it loads a page."""
         solver = make_solver()
