@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import luigi
 
-from portal_export.failures import clear_failure, write_failure
+from portal_export.failures import write_failure
 
 from . import targets
 from .secrets import format_failure, scrub
@@ -96,13 +96,11 @@ class PortalTask(luigi.Task):
     # retry_delay by a keep-alive worker). The CLI re-enables the disabled tasks of its days on the next run.
     retry_count = 1
 
-    def status(self, message: str) -> None:
-        """The visualiser's status line. Luigi's worker sets the callback before run(): None outside a run."""
-        if self.set_status_message is not None:
+    def status(self, message: str | None = None, percent: int | None = None) -> None:
+        """The visualiser's status line and progress bar. Luigi's worker sets them before run(): None outside one."""
+        if message is not None and self.set_status_message is not None:
             self.set_status_message(message)
-
-    def progress(self, percent: int) -> None:
-        if self.set_progress_percentage is not None:
+        if percent is not None and self.set_progress_percentage is not None:
             self.set_progress_percentage(percent)
 
     def run(self) -> None:
@@ -119,7 +117,7 @@ class PortalTask(luigi.Task):
         raise NotImplementedError
 
     def clear_failures(self) -> None:
-        clear_failure(targets.store(), self.failure_key())
+        """After success. A region's is left to its DayExport, off its slot: a record counts only without output."""
 
     def failure_key(self) -> str:
         """Where the task's failure record lives: the run's summary reads the code there, under any scheduler."""

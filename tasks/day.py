@@ -42,7 +42,7 @@ class DayExport(PortalTask):
         return store_keys.day_failure(self.date)
 
     def clear_failures(self) -> None:
-        """The day's record, and those its regions left from earlier runs (see RegionExport)."""
+        """The day's record, and those its regions left from earlier runs (see PortalTask)."""
         store = targets.store()
         for key in store.list(store_keys.failures_prefix(self.date)):
             store.delete(key)
@@ -55,7 +55,7 @@ class DayExport(PortalTask):
                 with target.open("r") as f:
                     facts[region] = read_facts(f)
                     copy_records(f, records, facts[region]["rows"], f"region target {target.path}")
-            self.progress(50)
+            self.status(percent=50)
             health = self.health(facts)
             try:
                 validate(health, config.portal().max_unsolvable_ratio)
@@ -67,15 +67,13 @@ class DayExport(PortalTask):
         with self.output()["health"].open("w") as out:
             out.write(json.dumps(health, indent=2).encode())
         targets.store().delete(store_keys.failed_health(self.date))
-        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable")
-        self.progress(100)
+        self.status(f"{health['rows']} rows, {health['solves']} solves, {health['unsolvable']} unsolvable", 100)
 
     def health(self, facts: dict[str, dict[str, Any]]) -> DayHealth:
         """Time under a lowered cap, from one listing of the cap log: each region's while it ran (counted
         here, off the regions' CaptchaAI slots), and the day's from the start of the run completing it."""
         starts = [f["started_at"] for f in facts.values() if "started_at" in f]
-        run_started = os.environ.get(config.RUN_STARTED)  # set by the CLI for its run's tasks
-        started = float(run_started) if run_started else min(starts, default=time.time())
+        started = float(os.environ.get(config.RUN_STARTED) or min(starts, default=time.time()))  # the CLI run's start
         changes = CapLog(targets.store()).changes(min([started, *starts]))  # the windows' part of the log only
         for f in facts.values():
             if "started_at" in f and "seconds_below_cap" not in f:

@@ -78,9 +78,6 @@ class RegionExport(PortalTask):
     def failure_key(self) -> str:
         return store_keys.region_failure(self.date, self.region)
 
-    def clear_failures(self) -> None:
-        """Left to the DayExport (a record counts only while the region has no output): no request on this slot."""
-
     def make_solver(self) -> CaptchaAI:
         """A test seam. An open breaker, or no plan thread freeing up, fails the region before it loads a page."""
         solver = make_solver()
@@ -96,8 +93,8 @@ class RegionExport(PortalTask):
             self.status(f"attempt {n}: loading the export page")
 
         def on_poll(task_id: str, polls: int, elapsed: float) -> None:
-            self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s")
-            self.progress(min(95, int(100 * elapsed / cfg.timeout_s)))
+            percent = min(95, int(100 * elapsed / cfg.timeout_s))
+            self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s", percent)
 
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
@@ -124,5 +121,4 @@ class RegionExport(PortalTask):
         where, task_ids = f"day {self.date} region {self.region}", ",".join(outcome.task_ids)
         solve = "-" if outcome.solve_seconds is None else f"{outcome.solve_seconds:.1f} s"
         log.info("%s: %s, %d rows, CaptchaAI tasks %s, solve %s", where, outcome.status, facts["rows"], task_ids, solve)
-        self.status(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts")
-        self.progress(100)
+        self.status(f"{outcome.status}: {facts['rows']} rows after {outcome.attempts} attempts", 100)

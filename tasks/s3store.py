@@ -1,6 +1,5 @@
-"""The data dir in an S3-compatible object store, reached as Luigi's `S3Target`s are (`[s3]`, else boto3's
-chain). Every write is one whole `PutObject`, never multipart: a killed run leaves no partial or temporary
-object. An outage is retried for up to `[portal] store_retry_s`; any other error is one line (`StoreError`)."""
+"""The data dir in an S3-compatible object store. Every write is one whole `PutObject`, never multipart: a killed run
+leaves no partial or temporary object. An outage is retried for `[portal] store_retry_s`; other errors are one line."""
 
 import email.utils
 import io
@@ -33,8 +32,7 @@ REFUSED: tuple[str, ...] = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "Acce
 REFUSED += ("InvalidToken", "ExpiredToken", "TokenRefreshRequired")
 NO_CREDENTIALS = "no credentials found ([s3] or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"
 BUSY = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504")
-# botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight against
-# an endpoint that is not there must fail in seconds, not after botocore's minute of backoff.
+# botocore's own retries stay short: the outage bound is ours (`retry_s`), and a preflight to no endpoint fails fast.
 CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2, "mode": "standard"})
 
 
@@ -65,14 +63,9 @@ def error_code(err: botocore.exceptions.ClientError) -> str:
     return str(error.get("Code") or meta.get("HTTPStatusCode"))
 
 
-def answer_or(call: Callable[[], T], default: Callable[[], T | None] = lambda: None, codes: Any = MISSING) -> T | None:
-    """What `call` returns; `default()` when the store answers one of `codes` (by default: no such object)."""
-    try:
-        return call()
-    except botocore.exceptions.ClientError as err:
-        if error_code(err) in codes:
-            return default()
-        raise
+OUTAGES = tenacity.Retrying(
+    retry=tenacity.retry_if_exception(is_outage), wait=tenacity.wait_exponential(multiplier=0.25, max=2.0), reraise=True
+)
 
 
 class ObjectClient(luigi.contrib.s3.S3Client):
@@ -120,24 +113,25 @@ class S3Store:
             return StoreError("STORE_ERROR", f"{where}: {kind} while {what}: {err}")
         return StoreError("STORE_ERROR", f"{where}: {kind} while {what}")
 
-    def _retry(self, call: Callable[[], T], what: str) -> T:
-        """`call()`, retried through an outage for up to `retry_s`; any other error at once, as a StoreError."""
+    def _retry(self, call: Callable[[], T], what: str, absent: tuple[str, ...] = ()) -> T:
+        """`call()`, retried through an outage for up to `retry_s`; None on an `absent` code; else a StoreError."""
         started = time.monotonic()
+
+        def answer() -> Any:
+            try:
+                return call()
+            except botocore.exceptions.ClientError as err:
+                if error_code(err) in absent:
+                    return None
+                raise
 
         def warn(state: tenacity.RetryCallState) -> None:  # called only after an outage, which it names once
             if state.attempt_number == 1 and state.outcome and (err := state.outcome.exception()):
                 waiting = f"waiting up to {self.retry_s:.0f} s for it to answer ({type(err).__name__})"
                 log.warning("%s: %s", self.error(err, what), waiting)
 
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(is_outage),
-            stop=tenacity.stop_after_delay(self.retry_s),
-            wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
-            before_sleep=warn,
-            reraise=True,
-        )
         try:
-            result = retrying(call)
+            result: T = OUTAGES.copy(stop=tenacity.stop_after_delay(self.retry_s), before_sleep=warn)(answer)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as err:
             raise self.error(err, what) from None
         if time.monotonic() - started > 1.0:
@@ -151,8 +145,7 @@ class S3Store:
         return getattr(self.client.api, method)(Bucket=self.bucket, Key=self.prefix + key, **kwargs)
 
     def read(self, key: str) -> bytes | None:
-        get = lambda: bytes(self._object("get_object", key)["Body"].read())  # noqa: E731
-        return self._retry(lambda: answer_or(get), f"reading {key}")
+        return self._retry(lambda: bytes(self._object("get_object", key)["Body"].read()), f"reading {key}", MISSING)
 
     def write(self, key: str, data: bytes) -> None:
         self._retry(lambda: self._object("put_object", key, Body=data), f"writing {key}")
@@ -160,21 +153,20 @@ class S3Store:
     def body(self, key: str, start: int = 0) -> Any:
         extra = {"Range": f"bytes={start}-"} if start else {}
         get = lambda: self._object("get_object", key, **extra)["Body"]  # noqa: E731
-        if (body := self._retry(lambda: answer_or(get), f"reading {key}")) is None:
+        if (body := self._retry(get, f"reading {key}", MISSING)) is None:
             raise FileNotFoundError(f"store {self.url}: no object {key}")
         return body
 
     def create(self, key: str, data: bytes) -> bool:
         put = lambda: self._object("put_object", key, Body=data, IfNoneMatch="*") is not None  # noqa: E731
-        return bool(self._retry(lambda: answer_or(put, bool, ("PreconditionFailed", "412")), f"creating {key}"))
+        return bool(self._retry(put, f"creating {key}", ("PreconditionFailed", "412")))
 
     def exists(self, key: str) -> bool:  # one HeadObject: Luigi's probes two directory markers and lists a prefix too
-        head = lambda: self._object("head_object", key)  # noqa: E731
-        return bool(self._retry(lambda: answer_or(head, bool), f"checking {self.location(key)}"))
+        return bool(self._retry(lambda: self._object("head_object", key), f"checking {self.location(key)}", MISSING))
 
     def modified(self, key: str) -> float | None:
-        head = lambda: self._object("head_object", key)["LastModified"].timestamp()  # noqa: E731
-        return self._retry(lambda: answer_or(head), f"checking {key}")
+        head = lambda: float(self._object("head_object", key)["LastModified"].timestamp())  # noqa: E731
+        return self._retry(head, f"checking {key}", MISSING)
 
     def delete(self, key: str) -> None:
         self._retry(lambda: self._object("delete_object", key), f"deleting {key}")
