@@ -19,7 +19,3 @@ def write_failure(store: Store, key: str, code: str, detail: str = "") -> None:
 def read_failure(store: Store, key: str) -> dict[str, Any] | None:
     """The record, or None when there is none; an unreadable one still says something failed."""
     return read_dict(store, key, unreadable=UNREADABLE, tolerate=(OSError, ValueError))
-
-
-def clear_failure(store: Store, key: str) -> None:
-    store.delete(key)
