@@ -17,6 +17,7 @@ from typing import Any
 
 import tenacity
 
+from .captchaai import OnPoll
 from .errors import TokenRefused, TransientError, UnsolvableError
 from .portal import Login, export_once
 from .portal.session import Delivery, Sink, Solver
@@ -99,7 +100,7 @@ def export_region(
     rng: Any = random,
     sleep: Callable[[float], None] = time.sleep,
     on_attempt: Callable[[int], object] | None = None,
-    on_poll: Callable[[str, int, float], object] | None = None,
+    on_poll: OnPoll | None = None,
 ) -> RegionOutcome:
     """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises. The
     delivering attempt's records go to `sink`, whose every call starts afresh."""

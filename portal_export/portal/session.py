@@ -17,6 +17,7 @@ import requests
 from requests import Session
 
 from ..breaker import KeyBreaker
+from ..captchaai import OnPoll, OnSubmit
 from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
 from .answers import read_answer
 from .page import Page, Widget, parse_page
@@ -35,8 +36,8 @@ class Solver(Protocol):
     def solve(
         self,
         params: dict[str, str],
-        on_submit: Callable[[str], object] | None = ...,
-        on_poll: Callable[[str, int, float], object] | None = ...,
+        on_submit: OnSubmit | None = ...,
+        on_poll: OnPoll | None = ...,
     ) -> tuple[str, str, float]: ...
 
     def report_bad(self, task_id: str) -> bool: ...
@@ -198,8 +199,8 @@ def export_once(
     http_timeout_s: float = 30.0,
     session: Session | None = None,
     login: Login | None = None,
-    on_task: Callable[[str], object] | None = None,
-    on_poll: Callable[[str, int, float], object] | None = None,
+    on_task: OnSubmit | None = None,
+    on_poll: OnPoll | None = None,
     on_repost: Callable[[str], object] | None = None,
 ) -> Delivery:
     """Load the export page, solve its reCAPTCHA, post its form; the records go to `sink` as the
