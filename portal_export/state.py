@@ -81,7 +81,7 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass  # someone else's process: alive
+        return True  # someone else's process: alive
     return True
 
 
