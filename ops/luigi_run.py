@@ -2,6 +2,7 @@
 `luigi.retcodes.run_with_retcodes` does (which takes no `worker_scheduler_factory`, the cap's hook)."""
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -20,17 +21,28 @@ log = logging.getLogger(__name__)
 
 
 class Worker(luigi.worker.Worker):
-    """Luigi's worker, whose way out ends its task processes first and waits for them a little: its keep-alive
-    thread's ping in flight (a slow or frozen luigid) would let them poll on, and one still unwinding as the worker
-    exits dies with it (tasks/base.py), its in-flight mark left. (`_running_tasks`: 3.8.1's, read by `__exit__`.)"""
+    """Luigi's worker, whose way out ends its task processes first, within `stopping.TASKS_END_WITHIN_S` in all: its
+    keep-alive thread's ping in flight (a slow or frozen luigid) would let them poll on, and one still unwinding as the
+    worker exits dies with it (tasks/base.py), its in-flight mark left. Not through `TaskProcess.terminate`: with
+    psutil it waits for each process in turn, for as long as it takes, and one stuck in its unwinding (deaf to a
+    second stop) would hold the run for ever. (`_running_tasks`: 3.8.1's, read by `__exit__`.)"""
 
     def __exit__(self, *exc: Any) -> Any:
         running = [task for task in self._running_tasks.values() if task.is_alive()]
         for task in running:
-            task.terminate()
+            multiprocessing.Process.terminate(task)
         deadline = time.monotonic() + stopping.TASKS_END_WITHIN_S
         for task in running:
             task.join(max(0.0, deadline - time.monotonic()))
+            if task.is_alive():  # its marks are its run's to prune (ops/steward.py)
+                log.warning(
+                    "task process %s (%s) did not end within %.0f s of the stop: killed",
+                    task.pid,
+                    task.task,
+                    stopping.TASKS_END_WITHIN_S,
+                )
+                task.kill()
+                task.join()
         return super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
 

@@ -249,6 +249,9 @@ class Steward:
             if thread is not None:
                 thread.join(timeout=5)
         self.runs.end(self.run)
+        if stopping.requested():  # a task process killed on the way out (ops/luigi_run.py) left its marks
+            self.inflight.prune_dead()
+            self.waiting.prune_dead()
         if self.governor is not None:
             self.governor.stop()
         if self._owner:

@@ -3,12 +3,17 @@
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from ops import stopping
+from portal_export.state import pid_alive
 from tasks.base import stops_quietly
+from tests import ROOT
+from tests.helpers.cfg import TEST_KEY, write_cfg
 
 
 class Kept(logging.Handler):
@@ -93,3 +98,45 @@ def test_within_its_tasks_run_a_forked_process_unwinds_the_task_first(tmp_path):
         os.kill(pid, signal.SIGTERM)
         assert exit_code(pid) == 130
     assert (tmp_path / "unwound").read_text() == "its marks released"
+
+
+def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(tmp_path):
+    """Three task processes stuck a minute in their `finally`, deaf to a second stop: all get the stop at once
+    (Luigi's own terminate stops one, waits for it to end, then the next), and the run kills them once
+    TASKS_END_WITHIN_S is up, says so, and deletes the in-flight marks they left."""
+    cfg = write_cfg(tmp_path / "stuck.cfg", {"captchaai": {"follow_plan": "false"}})
+    data, tasks = tmp_path / "data", 3
+    env = {**os.environ, "LUIGI_CONFIG_PATH": str(cfg), "PORTAL_DATA_DIR": str(data), "CAPTCHAAI_API_KEY": TEST_KEY}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.stuck_unwinding", str(tmp_path), str(tasks)],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ready = [tmp_path / f"ready-{n}" for n in range(tasks)]
+    deadline = time.monotonic() + 30
+    while not all(path.exists() and path.read_text() for path in ready):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    pids = [int(path.read_text()) for path in ready]
+    assert len(list((data / "_state" / "inflight").iterdir())) == tasks
+
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=stopping.TASKS_END_WITHIN_S + 8)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running {stopping.TASKS_END_WITHIN_S + 8:.0f} s after SIGTERM: {proc.communicate()[1]}")
+    took = time.monotonic() - sent
+    assert proc.returncode == 143, err
+    stopped = sorted(float((tmp_path / f"stopped-{n}").read_text()) for n in range(tasks))
+    assert stopped[-1] - stopped[0] < 1.0, stopped  # one after another: TASKS_END_WITHIN_S apart at least
+    assert took < stopping.TASKS_END_WITHIN_S + 3, err
+    for pid in pids:
+        assert f"task process {pid} (StuckUnwinding(" in err
+        assert not pid_alive(pid)
+    assert err.count(f"did not end within {stopping.TASKS_END_WITHIN_S:.0f} s of the stop: killed") == tasks, err
+    assert list((data / "_state" / "inflight").iterdir()) == [], err
+    assert "Traceback" not in err, err
