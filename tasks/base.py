@@ -51,8 +51,10 @@ def helpers_die_with_worker() -> Iterator[None]:
 
 
 def _deaf_to_stops() -> None:
+    # A handler that does nothing, not SIG_IGN: a stop already pending (Ctrl-C's and the worker's come together)
+    # would then raise OSError("Signal 15 ignored due to race condition") into the unwinding.
     for signum in STOPS:
-        signal.signal(signum, signal.SIG_IGN)
+        signal.signal(signum, lambda signum, frame: None)
 
 
 def end_quietly() -> None:
