@@ -4,7 +4,8 @@ test_stopping.
 The process `make backfill` runs around Luigi (ops.stopping's handlers, the steward, ops.luigi_run's worker with as
 many processes as tasks), minus the portal work: each task marks a solve in flight as a region does, writes
 DIR/ready-N with its pid and sleeps. Stopped, it unwinds as a region does (deaf to a second stop): it writes
-DIR/stopped-N with the time (time.monotonic) and stays stuck in its `finally` for a minute before its mark is released. Prints the exit code the CLI would give (143, 130)."""
+DIR/stopped-N with the time (time.monotonic) and stays stuck in its `finally` for a minute before its mark is
+released. Exits with the code the CLI would give (143 for SIGTERM, 130 for Ctrl-C)."""
 
 import os
 import sys

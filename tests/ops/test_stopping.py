@@ -159,7 +159,8 @@ with stopping.handled():
                 print("unwound", flush=True)
         os._exit(3)
     os.read(read, 1)
-    time.sleep(0.1)
+    while open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] != "S":
+        time.sleep(0.001)  # until it sleeps in the lock's wait
     os.kill(pid, signal.SIGINT)
     os.kill(pid, signal.SIGTERM)
     print("task process:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
