@@ -38,6 +38,8 @@ def settings() -> Settings:
         max_unsolvable_ratio=config.portal().max_unsolvable_ratio,
         window_days=days,
         ttl_s=ttl_s(config.captchaai().plan_every_s),
+        timeout_s=config.captchaai().timeout_s,
+        submit_s=config.captchaai().http_timeout_s,
         breakers_in_use=None if in_use is None else frozenset(in_use),
     )
 

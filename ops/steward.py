@@ -26,7 +26,7 @@ from portal_export.runs import RUN_ENV, Runs, current_run, heartbeat_s, own_run,
 from portal_export.store import LocalStore
 from tasks import config, targets
 from tasks.config import RESOURCE, RUN_STARTED, configured_cap
-from tasks.region import make_solver
+from tasks.region import make_solver, settle
 
 from . import stopping
 from .luigi_run import WorkerSchedulerFactory
@@ -104,7 +104,7 @@ class Steward:
         self.runs = Runs(store, ttl_s(cfg.plan_every_s), cache_s=1.0)
         self.lease = Lease(store, self.key, self.runs, self.run)
         self.caplog = CapLog(store)
-        self.inflight = InFlight(store, self.runs, self.run)
+        self.inflight = InFlight(store, self.runs, self.run, settle(cfg))
         self.waiting = Waiting(store, self.runs, self.run)
         self.cap_file = CapInForce(store, self.runs)
         self.local, self.workers = LocalCap(), WorkerCount()
@@ -178,8 +178,10 @@ class Steward:
         self._owner = True
         self.caplog.set_busy(None)  # a verdict left by a run that was killed
         if self.follow:
+            solver = make_solver()  # threadsinfo with the tasks' key and breaker: an open breaker keeps the cap
+            solver.settles(self.inflight)  # and polls of the solves stopped processes left, as the governor counts
             self.governor = Governor(
-                make_solver(),  # threadsinfo with the tasks' key and breaker: an open breaker keeps the cap
+                solver,
                 self.inflight,
                 configured=self.configured,
                 spare=self.spare,
@@ -301,7 +303,9 @@ def describe(threads: int, working: int) -> str:
     if not cfg.follow_plan:
         return f"cap: follow_plan = false: the cap stays {configured}"
     store = targets.store()
-    reading = Reading(threads, working, InFlight(store, Runs(store, ttl_s(cfg.plan_every_s))).count())
+    reading = Reading(
+        threads, working, InFlight(store, Runs(store, ttl_s(cfg.plan_every_s)), settle=settle(cfg)).count()
+    )
     line = (
         f"cap: {target_cap(configured, cfg.spare_threads, reading)} of {configured} configured, following the plan "
         f"({why(configured, cfg.spare_threads, reading)}; {reading.own} solves of ours in flight)"

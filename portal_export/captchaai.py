@@ -14,12 +14,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import requests
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from .errors import NOT_READY, ZERO_BALANCE, BusyThreads, ExportError, KeyLevelError, TransientError, classify
+from . import ratelimit
+from .errors import (
+    NO_SLOT,
+    NOT_READY,
+    ZERO_BALANCE,
+    BusyThreads,
+    ExportError,
+    KeyLevelError,
+    TransientError,
+    classify,
+)
+from .inflight import Flight, InFlight, Settle
 
 if TYPE_CHECKING:
     from .breaker import KeyBreaker
     from .gate import Gate
-    from .inflight import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +120,12 @@ class CaptchaAI:
             raise KeyLevelError("NO_API_KEY", "set CAPTCHAAI_API_KEY")
         self.api_base = self.api_base.rstrip("/")
         self.inflight = self.gate.inflight if self.gate is not None else self.inflight
+        if self.inflight is not None:
+            self.settles(self.inflight)
+
+    def settles(self, inflight: InFlight) -> None:
+        """`inflight` judges the solves that processes left by this client's deadlines and polls."""
+        inflight.settle = Settle(self.timeout_s, self.http_timeout_s, self.ended, self.poll_every_s)
 
     def __repr__(self) -> str:
         return f"CaptchaAI(api_base={self.api_base!r})"
@@ -121,14 +137,22 @@ class CaptchaAI:
         if self.gate is not None:
             self.gate.check()
 
-    def _call(self, endpoint: str, fields: dict[str, Any], checked: bool = True) -> Reply:
+    def _call(self, endpoint: str, fields: dict[str, Any], checked: bool = True, until: float | None = None) -> Reply:
         """Every request: the timeout, the breaker (`checked=False` for polls: a refused key answers
-        a poll once and ends the solve) and one shape of answer."""
+        a poll once and ends the solve), a rate limit waited out until `until` (a solve's deadline;
+        None: `timeout_s` from now) and one shape of answer."""
         if checked and self.breaker is not None:
             self.breaker.check()
         url, data = f"{self.api_base}/{endpoint}", {"key": self.api_key, "json": 1, **fields}
+        until = self.clock() + self.timeout_s if until is None else until
         try:
-            resp = self.session.post(url, timeout=self.http_timeout_s, data=data)
+            resp = ratelimit.send(
+                lambda: self.session.post(url, timeout=self.http_timeout_s, data=data),
+                until,
+                f"CaptchaAI {endpoint}",
+                clock=self.clock,
+                sleep=self.sleep,
+            )
         except requests.RequestException as exc:
             # a reply, not an error raised here: no traceback chains the message that quotes the URL
             return Reply(Answer(False, NETWORK_ERROR), type(exc).__name__, _never_sent(exc))
@@ -140,9 +164,9 @@ class CaptchaAI:
             err = type(err)(code, self.breaker.trip(code, detail))
         return err
 
-    def _send_submit(self, fields: dict[str, Any]) -> Reply:
+    def _send_submit(self, fields: dict[str, Any], until: float | None) -> Reply:
         for resends_left in range(SUBMIT_RESENDS, -1, -1):
-            reply = self._call("in.php", fields)
+            reply = self._call("in.php", fields, until=until)
             if reply.answer.ok or not resendable(reply) or not resends_left:
                 return reply
             code = str(reply.answer.value)
@@ -151,14 +175,16 @@ class CaptchaAI:
             log.warning("CaptchaAI submit failed with %s%s; sending it again at once", code, unsent)
         raise AssertionError("unreachable")
 
-    def submit(self, params: dict[str, Any]) -> str:
-        """Start a task; returns its id. Tells a busy plan from no active plan."""
+    def submit(self, params: dict[str, Any], until: float | None = None) -> str:
+        """Start a task; returns its id. Tells a busy plan from no active plan; a rate limit waited until `until`."""
         fields = {"method": "userrecaptcha", **params}
         idle = True  # no thread working at either refusal: how a key without an active plan looks
         for _ in range(2):
-            (ok, value), detail, _ = self._send_submit(fields)
+            (ok, value), detail, _ = self._send_submit(fields, until)
             if ok:
                 return str(value)
+            if value == NO_SLOT and self.inflight is not None:
+                self.inflight.poke()  # every thread busy, as the service says outright: the plan is fuller
             if value != ZERO_BALANCE:
                 raise self._error(value, detail or "in.php")
             if self.inflight is not None:
@@ -189,7 +215,7 @@ class CaptchaAI:
         polls = 0
         while tick <= deadline:
             self.sleep(max(0.0, tick - self.clock()))
-            (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id}, checked=False)
+            (ok, value), detail, _ = self._call("res.php", {"action": "get", "id": task_id}, False, deadline)
             polls += 1
             if ok:
                 return str(value)
@@ -205,19 +231,21 @@ class CaptchaAI:
 
     def solve(self, params: dict[str, Any], on_submit: OnSubmit | None = None, on_poll: OnPoll | None = None) -> Solve:
         """Submit and poll; returns (token, task_id, seconds from submit to token). The solve is in
-        flight from before its submit to its last poll; with a gate it waits for a place under the
-        cap, and after a submit refused for busy threads for a free thread (no attempt spent)."""
+        flight from before its submit to its last poll (past it, when the process stops first); with a
+        gate it waits for a place under the cap, and after a submit refused for busy threads for a
+        free thread (no attempt spent)."""
         busy_since: float | None = None
         while True:
-            with self._in_flight():
+            with self._in_flight() as flight:
                 start = self.clock()
                 try:
-                    task_id = self.submit(params)
+                    task_id = self.submit(params, start + self.timeout_s)
                 except BusyThreads as err:
                     if self.gate is None:
                         raise
                     refused = err
                 else:
+                    flight.submitted(task_id)
                     log.info("CaptchaAI task %s submitted", task_id)
                     if on_submit is not None:
                         on_submit(task_id)
@@ -228,10 +256,18 @@ class CaptchaAI:
             log.warning("CaptchaAI refused a submit: %s; waiting for a free thread (no attempt spent)", refused.detail)
             self.gate.after_refusal(busy_since, refused.detail, self.threads, self.poll_every_s)
 
-    def _in_flight(self) -> contextlib.AbstractContextManager[None]:
+    def _in_flight(self) -> contextlib.AbstractContextManager[Flight]:
         if self.gate is not None:
             return self.gate.solving()
-        return self.inflight.marked() if self.inflight is not None else contextlib.nullcontext()
+        return self.inflight.flight() if self.inflight is not None else contextlib.nullcontext(Flight(None, ""))
+
+    def ended(self, task_id: str) -> bool:
+        """Whether a task a stopped process left has ended at CaptchaAI (one poll, no rate limit waited): ready,
+        unsolvable or unknown to it. No answer, or a refused key, tells nothing: it may still hold its thread."""
+        (ok, value), _, _ = self._call("res.php", {"action": "get", "id": task_id}, False, self.clock())
+        if ok:
+            return True
+        return value != NOT_READY and not isinstance(classify(value), TransientError | KeyLevelError)
 
     def threads(self) -> tuple[int, int]:
         (ok, value), detail, _ = self._call("res.php", {"action": "threadsinfo"})

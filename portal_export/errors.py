@@ -38,22 +38,59 @@ class UnsolvableError(ExportError):
     """CaptchaAI gave up on the task; worth one fresh resubmission, then the region is counted."""
 
 
-KEY_LEVEL_CODES = frozenset({"ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "IP_BANNED"})
-TRANSIENT_CODES = frozenset({"ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR", "ERROR_PROXY_CONNECTION_FAILED"})
-UNSOLVABLE_CODES = frozenset({"ERROR_CAPTCHA_UNSOLVABLE"})
 NOT_READY = "CAPCHA_NOT_READY"  # sic: the service spells it so
 ZERO_BALANCE = "ERROR_ZERO_BALANCE"  # busy threads or no plan: the client tells them apart
+NO_SLOT = "ERROR_NO_SLOT_AVAILABLE"  # every thread busy, in CaptchaAI's own guides
+
+# Every code of CaptchaAI's submit (in.php) and result (res.php) error tables, by class; docs/failures.md lists
+# each with the action taken. Busy codes are the client's to wait out (`BusyThreads`); the image codes answer
+# only image tasks, listed so that no documented code falls to the catch-all unexamined.
+KEY_LEVEL = "key-level"  # the key (or this host's use of it) is refused: a breaker stops every task
+PERMANENT = "permanent"  # the request or the task cannot be mended by sending it again
+TRANSIENT = "transient"  # the service failed on its side: sent again, then retried with backoff
+UNSOLVABLE = "unsolvable"  # the workers gave up: one fresh resubmission
+BUSY = "busy"  # no free thread: waited out, no attempt spent
+CODES: dict[str, str] = {
+    "ERROR_WRONG_USER_KEY": KEY_LEVEL,
+    "ERROR_KEY_DOES_NOT_EXIST": KEY_LEVEL,
+    "IP_BANNED": KEY_LEVEL,
+    "ERROR_IP_NOT_ALLOWED": KEY_LEVEL,
+    ZERO_BALANCE: BUSY,
+    NO_SLOT: BUSY,
+    "ERROR_PAGEURL": PERMANENT,
+    "ERROR_GOOGLEKEY": PERMANENT,
+    "ERROR_WRONG_GOOGLEKEY": PERMANENT,
+    "ERROR_BAD_TOKEN_OR_PAGEURL": PERMANENT,
+    "ERROR_BAD_PARAMETERS": PERMANENT,
+    "ERROR_BAD_PROXY": PERMANENT,
+    "ERROR_ZERO_CAPTCHA_FILESIZE": PERMANENT,
+    "ERROR_TOO_BIG_CAPTCHA_FILESIZE": PERMANENT,
+    "ERROR_WRONG_FILE_EXTENSION": PERMANENT,
+    "ERROR_IMAGE_TYPE_NOT_SUPPORTED": PERMANENT,
+    "ERROR_UPLOAD": PERMANENT,
+    "ERROR_EMPTY_ACTION": PERMANENT,
+    "ERROR_WRONG_ID_FORMAT": PERMANENT,
+    "ERROR_WRONG_CAPTCHA_ID": PERMANENT,
+    "ERROR_SERVER_ERROR": TRANSIENT,
+    "ERROR_INTERNAL_SERVER_ERROR": TRANSIENT,
+    "ERROR_PROXY_CONNECTION_FAILED": TRANSIENT,
+    "ERROR_CAPTCHA_UNSOLVABLE": UNSOLVABLE,
+    "ERROR_BAD_DUPLICATES": UNSOLVABLE,
+}
+_CLASS: dict[str, type[ExportError]] = {
+    KEY_LEVEL: KeyLevelError,
+    PERMANENT: PermanentError,
+    TRANSIENT: TransientError,
+    UNSOLVABLE: UnsolvableError,
+    BUSY: BusyThreads,
+}
 
 
 def classify(code: str, detail: str = "") -> ExportError:
     """The error for one of CaptchaAI's answer codes (ERROR_ZERO_BALANCE is diagnosed by the client)."""
-    if code in KEY_LEVEL_CODES:
-        return KeyLevelError(code, detail)
-    if code in UNSOLVABLE_CODES:
-        return UnsolvableError(code, detail)
-    if code in TRANSIENT_CODES:
-        return TransientError(code, detail)
-    if code.startswith("ERROR_"):
+    if code in CODES:
+        return _CLASS[CODES[code]](code, detail)
+    if code.startswith("ERROR_"):  # undocumented: nothing says sending it again would help
         return PermanentError(code, detail)
     # HTML pages (HTTP_<status>) and anything unrecognizable: the service may be mid-deploy
     return TransientError(code, detail)

@@ -16,7 +16,7 @@ from . import store_keys
 from .caplog import CapLog
 from .errors import PermanentError, TransientError
 from .governor import ZERO_CAP_PERIODS
-from .inflight import InFlight, Marks
+from .inflight import Flight, InFlight, Marks
 from .runs import Runs, ttl_s
 from .state import read_dict, stamped
 from .store import Store, write_json
@@ -96,28 +96,27 @@ class Gate:
         if (busy := self.caplog.busy()) is not None:
             raise plan_busy(busy.get("reason", "no plan thread usable"))
 
-    def _admitted(self, held: contextlib.ExitStack) -> bool:
+    def _admitted(self) -> str | None:
         """Mark, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws. No
-        lock: a LIST shows every write completed before it."""
+        lock: a LIST shows every write completed before it. The mark's key when admitted."""
         if (cap := self.cap()) <= 0:
-            return False
+            return None
         key = self.inflight.mark()
         if self.inflight.count() <= cap:
-            held.callback(self.inflight.unmark, key)
-            return True
+            return key
         self.inflight.unmark(key)
-        return False
+        return None
 
     @contextlib.contextmanager
-    def solving(self) -> Iterator[None]:
-        with contextlib.ExitStack() as held:
-            while True:
-                self.check()
-                if self._admitted(held):
-                    break
-                # jittered: waiters that withdrew together mark again apart
-                self.sleep(self.step_s * random.uniform(0.5, 1.5))
-            yield
+    def solving(self) -> Iterator[Flight]:
+        while True:
+            self.check()
+            if (key := self._admitted()) is not None:
+                break
+            # jittered: waiters that withdrew together mark again apart
+            self.sleep(self.step_s * random.uniform(0.5, 1.5))
+        with self.inflight.flying(key) as flight:
+            yield flight
 
     def after_refusal(
         self, busy_since: float, detail: str, plan: Callable[[], tuple[int, int]] | None = None, every_s: float = 5.0

@@ -15,7 +15,7 @@ from typing import Any
 from . import store_keys as keys
 from .gate import CapInForce
 from .health import read_health
-from .inflight import InFlight
+from .inflight import InFlight, Settle
 from .redo import Attempt, Redone, Tally, attempts
 from .runs import MIN_TTL_S, Runs
 from .state import read_dict
@@ -34,6 +34,8 @@ class Settings:
     max_unsolvable_ratio: float  # [portal] max_unsolvable_ratio
     window_days: int = DEFAULT_WINDOW_DAYS  # [portal] metrics_window_days
     ttl_s: float = MIN_TTL_S  # runs.ttl_s
+    timeout_s: float = 120.0  # [captchaai] timeout_s: a solve a process left counts this long after its submit
+    submit_s: float = 30.0  # [captchaai] http_timeout_s: and this much longer where its submit was not answered
     # the breaker objects of the key and login in use; None when not known here: every breaker counts
     breakers_in_use: frozenset[str] | None = None
 
@@ -161,11 +163,11 @@ class Metrics:
         return any(k.startswith(keys.BREAKERS) and (in_use is None or k in in_use) for k in state)
 
     def in_flight(self, state: Iterable[str]) -> int:
-        """Live marks of solves in flight, over all hosts, judged as `InFlight` judges them (the runs
-        listed once), deleting none."""
-        marks = InFlight(self.store, Runs(self.store, self.settings.ttl_s))
-        ages: dict[str, dict[str, float]] = {}
-        return sum(marks.live(key[len(marks.prefix) :], ages) for key in state if key.startswith(marks.prefix))
+        """The deployment's solves in flight, over all hosts, as `InFlight` counts them (a solve a process left, until
+        it ends at CaptchaAI), deleting and polling none."""
+        s = self.settings
+        marks = InFlight(self.store, Runs(self.store, s.ttl_s), settle=Settle(s.timeout_s, s.submit_s))
+        return len(marks.standing(poll=False)[0]) if any(k.startswith(marks.prefix) for k in state) else 0
 
     def collect(self) -> list[Metric]:
         """Every metric now. A store error propagates (the caller reports the store as down)."""

@@ -9,6 +9,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from .config import ANSWER_CODE, RATE_LIMIT_KINDS
 from .faults import ResetConnection, html_error
 from .portal_data import region_of_sitekey
 from .state import NOT_READY, SandboxState
@@ -55,8 +56,14 @@ class CaptchaAIApp:
         as_json = params.get("json") == "1"
         action = params.get("action") if endpoint == "res.php" else None
         st.note_request(endpoint, key_in_query="key" in request.args, action=action)
+        who = params.get("id") or params.get("pageurl") or action or ""  # "the same request", sent again
+        st.note_again(endpoint, who)
 
         kind, plan = st.pick_fault(endpoint)
+        if kind in RATE_LIMIT_KINDS:
+            return st.rate_limit(endpoint, who, kind, plan)
+        if kind and ANSWER_CODE.fullmatch(kind):
+            return self._reply(endpoint, as_json, False, kind)
         if kind == "reset":
             raise ResetConnection()
         if kind == "slow":  # then the normal answer: a client with a shorter timeout gives up

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 SANDBOX_KEY = "5a4db0c0ffee5a4db0c0ffee5a4db0c0"  # 32 chars, account with an active plan
@@ -9,6 +10,9 @@ NO_PLAN_KEY = "0dead0beef0dead0beef0dead0beef00"  # 32 chars, account whose plan
 
 ENDPOINTS = ("in.php", "res.php", "portal_get", "portal_post")
 CAPTCHAAI_KINDS = ("html500", "html502", "plaintext", "server_error", "internal_error", "reset", "slow")
+# HTTP 429 with Retry-After in seconds, with an HTTP date, or none; 503 with Retry-After in seconds
+RATE_LIMIT_KINDS = ("rate_limit", "rate_limit_date", "rate_limit_bare", "unavailable")
+ANSWER_CODE = re.compile(r"[A-Z][A-Z0-9_]*")  # a kind spelled as a code (ERROR_BAD_PROXY): CaptchaAI answers it
 SOLVE_MODELS = ("fixed", "uniform", "lognormal")
 HOST = "127.0.0.1"  # loopback only, never another interface
 SANDBOX_USER = "export-bot@partner.example"
@@ -43,13 +47,15 @@ class FaultPlan:
     kinds: tuple = CAPTCHAAI_KINDS
     schedule: dict = field(default_factory=dict)
     slow_s: float = 5.0
+    retry_after_s: float = 2.0  # of the rate-limit kinds (whole seconds, at least 1, after time_scale)
 
     def __post_init__(self):
         object.__setattr__(self, "kinds", tuple(self.kinds))
         object.__setattr__(self, "schedule", {int(i): k for i, k in self.schedule.items()})
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"fault rate must be within [0, 1], got {self.rate}")
-        unknown = (set(self.kinds) | set(self.schedule.values())) - set(CAPTCHAAI_KINDS)
+        kinds = set(self.kinds) | set(self.schedule.values())
+        unknown = {k for k in kinds - set(CAPTCHAAI_KINDS + RATE_LIMIT_KINDS) if not ANSWER_CODE.fullmatch(k)}
         if unknown:
             raise ValueError(f"unknown fault kind(s): {sorted(unknown)}")
         if self.rate > 0 and not self.kinds:

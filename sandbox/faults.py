@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
+import time
+from email.utils import formatdate
 
 from werkzeug.wrappers import Response
 
@@ -52,3 +55,17 @@ _HTML = {
 def html_error(status: int) -> Response:
     """What a load balancer in front of the service answers."""
     return Response(_HTML[status], status=status, mimetype="text/html")
+
+
+def rate_limited(kind: str, seconds: float) -> tuple[Response, float]:
+    """A rate limit's answer, and until when (time.time) it asks the client to wait."""
+    wait = max(1, math.ceil(seconds))
+    until = time.time() + wait
+    headers = {"Retry-After": str(wait)}
+    if kind == "rate_limit_date":
+        until = math.floor(until)
+        headers = {"Retry-After": formatdate(until, usegmt=True)}
+    elif kind == "rate_limit_bare":
+        headers, until = {}, time.time()
+    status = 503 if kind == "unavailable" else 429
+    return Response("Too Many Requests", status=status, headers=headers, mimetype="text/plain"), until

@@ -19,6 +19,7 @@ from werkzeug.wrappers import Request, Response
 
 from . import portal_pages as pages
 from .big_answers import BigAnswer
+from .config import RATE_LIMIT_KINDS
 from .faults import ResetConnection, html_error
 from .portal_data import REGION_NAME, csv_body, expected_csv_records, expected_records, parse_day, sitekey_for
 from .state import SandboxState
@@ -60,7 +61,11 @@ class PortalApp:
         posting = request.method == "POST" or endpoint == "run"
         kind_of = "portal_post" if posting else "portal_get"
         self.state.note_request(kind_of)
+        who = f"{request.full_path}|{request.cookies.get(COOKIE, '')}"  # "the same request", sent again
+        self.state.note_again(kind_of, who)
         kind, plan = self.state.pick_fault(kind_of)
+        if kind in RATE_LIMIT_KINDS:
+            return self.state.rate_limit(kind_of, who, kind, plan)(environ, start_response)
         if kind == "reset":
             raise ResetConnection()
         if kind == "slow":  # delayed, then handled normally (a POST still spends its token)

@@ -12,8 +12,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from werkzeug.wrappers import Response
+
 from .config import SandboxConfig
-from .faults import FaultInjector
+from .faults import FaultInjector, rate_limited
 from .portal_data import region_of_sitekey, sitekey_for
 from .stats import Stats, mask
 
@@ -86,6 +88,7 @@ class SandboxState:
         self._maintenance: dict[tuple, int] = {}  # (day, region) -> maintenance pages answered
         self._bad_key_times: dict[str, deque] = {}  # ip -> times of bad-key requests
         self._banned_until: dict[str, float] = {}
+        self._embargo: dict[tuple[str, str], float] = {}  # (endpoint, request) -> its Retry-After's end, time.time
         self.stats = Stats(epoch=0.0)
 
     # ── clock ────────────────────────────────────────────────────────────────
@@ -133,6 +136,20 @@ class SandboxState:
             if kind:
                 self.stats.faults[endpoint][kind] += 1
             return kind, plan
+
+    def rate_limit(self, endpoint: str, who: str, kind: str, plan) -> Response:
+        """A rate limit's answer to request `who`; the same request before its end counts as early."""
+        response, until = rate_limited(kind, self.scaled(plan.retry_after_s))
+        with self.lock:
+            self.stats.rate_limited[endpoint] += 1
+            self._embargo[(endpoint, who)] = until
+        return response
+
+    def note_again(self, endpoint: str, who: str) -> None:
+        """Request `who` arrives: early if a rate limit told it to wait longer."""
+        with self.lock:
+            if self._embargo.pop((endpoint, who), 0.0) > time.time():
+                self.stats.early[endpoint] += 1
 
     def note_code(self, endpoint: str, code: str) -> None:
         with self.lock:

@@ -50,6 +50,8 @@ class Stats:
         self.ready_to_post_s = []  # per accepted token: ready_t -> posted to the portal
         self.logins = Counter()  # "ok", "refused-credentials", "refused-csrf" -> n
         self.maintenance_pages = 0  # 200 HTML maintenance pages answered to form posts
+        self.rate_limited = Counter()  # endpoint -> 429 / 503-with-Retry-After answers
+        self.early = Counter()  # endpoint -> the same request again before its Retry-After allowed
 
     def as_dict(self, now: float, threads_limit: int, intervals) -> dict:
         timeline, peak, in_use = thread_timeline(intervals, self.epoch, now)
@@ -68,6 +70,8 @@ class Stats:
             "threads": {"limit": threads_limit, "in_use": in_use, "peak": peak, "timeline": timeline},
             "logins": dict(self.logins),
             "maintenance_pages": self.maintenance_pages,
+            "rate_limited": dict(self.rate_limited),
+            "early": dict(self.early),
             "tokens": {
                 "issued": self.tokens_issued,
                 "accepted": self.tokens_accepted,

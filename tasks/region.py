@@ -15,6 +15,7 @@ from portal_export.breaker import KeyBreaker
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import TransientError
 from portal_export.gate import Gate, Waiting
+from portal_export.inflight import Settle
 from portal_export.portal import Login
 from portal_export.portal.session import log_in
 from portal_export.region_file import Spool
@@ -47,6 +48,11 @@ def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
             log_in(session, config.portal_base_url().rstrip("/"), login, timeout_s)
     except TransientError as err:
         say(f"warning: login check: {err}; the regions will try again")
+
+
+def settle(cfg: config.captchaai) -> Settle:
+    """How a solve a process left is judged where nobody polls it: by its deadline."""
+    return Settle(cfg.timeout_s, cfg.http_timeout_s)
 
 
 def make_solver() -> CaptchaAI:

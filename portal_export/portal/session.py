@@ -7,6 +7,7 @@ it served, and the token must be posted at once: it lives two minutes and verifi
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 import requests
 from requests import Session
 
+from .. import ratelimit
 from ..breaker import KeyBreaker
 from ..captchaai import OnPoll, OnSubmit
 from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
@@ -25,6 +27,8 @@ from .page import Page, Widget, parse_page
 log = logging.getLogger(__name__)
 
 _TRY_AGAIN = (408, 429)  # timeouts and rate limits say nothing about the page or the token
+RATE_LIMIT_WAIT_S = 120.0  # a page's rate limit is waited out this long at most (a solve's deadline, by default)
+TOKEN_LIFE_S = 120.0  # a reCAPTCHA token verifies within two minutes: the form post's rate limit waits less
 # A gateway's answer to the form post (the proxy reached no healthy app): the token is most likely
 # unspent, so it is posted again at once, once, instead of a fresh solve after a backoff.
 _GATEWAY = frozenset({"PORTAL_HTTP_502", "PORTAL_HTTP_503", "PORTAL_HTTP_504"})
@@ -94,14 +98,29 @@ class Prepared:
 
 
 def http(
-    session: Session, method: str, url: str, what: str, timeout: float, fields: Fields | None = None, **kwargs: Any
+    session: Session,
+    method: str,
+    url: str,
+    what: str,
+    timeout: float,
+    fields: Fields | None = None,
+    until: float | None = None,
+    **kwargs: Any,
 ) -> requests.Response:
-    """One request; `fields` go in the query of a GET, in the body otherwise, as a form sends them."""
+    """One request; `fields` go in the query of a GET, in the body otherwise, as a form sends them. A rate limit is
+    waited out until `until` (time.monotonic; None: RATE_LIMIT_WAIT_S from now), then it is a 429 like any other."""
     if fields is not None:
         kwargs["params" if method == "GET" else "data"] = fields
+    until = time.monotonic() + RATE_LIMIT_WAIT_S if until is None else until
     failure = None
     try:
-        resp = session.request(method, url, timeout=timeout, **kwargs)
+        resp = ratelimit.send(
+            lambda: session.request(method, url, timeout=timeout, **kwargs),
+            until,
+            f"the portal's {what}",
+            clock=time.monotonic,
+            sleep=time.sleep,
+        )
     except requests.RequestException as exc:
         failure = type(exc).__name__  # raised outside the handler: no chained traceback
     if failure:
@@ -215,9 +234,11 @@ def export_once(
             {**ready.widget.solve_params(), "pageurl": ready.pageurl}, on_submit=on_task, on_poll=on_poll
         )
         log.info("%s: CaptchaAI task %s solved in %.1f s", what, task_id, seconds)
-        reposted = False
+        reposted, until = False, time.monotonic() + TOKEN_LIFE_S - http_timeout_s
         try:
-            resp = http(s, post.method, post.url, f"form post of {what}", http_timeout_s, post.data(token), stream=True)
+            resp = http(
+                s, post.method, post.url, f"form post of {what}", http_timeout_s, post.data(token), until, stream=True
+            )
         except TransientError as err:
             if err.code not in _GATEWAY:
                 raise
@@ -226,7 +247,7 @@ def export_once(
             if on_repost is not None:
                 on_repost(err.code)
             again = f"form post of {what}, sent again"
-            resp = http(s, post.method, post.url, again, http_timeout_s, post.data(token), stream=True)
+            resp = http(s, post.method, post.url, again, http_timeout_s, post.data(token), until, stream=True)
         del token  # single use: nothing of it outlives the post
         with resp:  # streamed: its connection goes back to the pool once read or refused
             if resp.status_code >= 400:

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
+from portal_export.errors import TransientError
 from portal_export.gate import CapInForce, Gate
-from portal_export.inflight import LOCAL_STEP_S, REMOTE_STEP_S, InFlight
+from portal_export.inflight import LOCAL_STEP_S, REMOTE_STEP_S, InFlight, Settle
 from portal_export.lease import Lease
 from portal_export.runs import Runs, current_run
 from portal_export.state import store_now, this_host
@@ -126,20 +127,64 @@ def test_live_runs_are_those_of_one_scheduler_and_dead_ones_are_deleted(store):
 # ----------------------------------------------------------------------------------------- marks
 
 
-def test_marks_count_over_hosts_while_their_runs_live_and_dead_ones_are_deleted(store):
+def test_marks_count_over_hosts_while_their_runs_live(store):
     inflight = InFlight(store, Runs(store, ttl=TTL))
     beat(store, OTHER)
-    beat(store, "dead-host-5-0badc0de", age=TTL + 1)
     beat(store, current_run(), here=True)
     foreign_mark(store, OTHER, n=0)
     foreign_mark(store, OTHER, n=1)
-    stale = foreign_mark(store, "dead-host-5-0badc0de")  # a dead host's solve: counts no more
-    killed = f"_state/inflight/{current_run()}-{dead_pid()}-0"  # a killed task of this run
-    store.write(killed, b"")
-    with inflight.marked():
+    with inflight.flight():
         assert inflight.count() == 3  # ours and the other host's two
     assert inflight.count() == 2
-    assert store.read(stale) is None and store.read(killed) is None
+
+
+def test_a_mark_left_by_a_process_that_went_counts_until_its_solve_ends(store):
+    """A dead host's solve and a killed task's: each counts until its deadline on the store's clock (`timeout_s` after
+    the submit, `timeout_s + submit_s` without a task id) or until a poll, made once per `every_s`, says it ended."""
+    asked = []
+    answers = {"71": False}
+    settle = Settle(timeout_s=100.0, submit_s=20.0, ended=lambda t: asked.append(t) or answers[t], every_s=0.0)
+    inflight = InFlight(store, Runs(store, ttl=TTL), settle=settle)
+    beat(store, "dead-host-5-0badc0de", age=TTL + 1)
+    beat(store, current_run(), here=True)
+    no_id = foreign_mark(store, "dead-host-5-0badc0de")  # died before its submit was answered
+    killed = f"_state/inflight/{current_run()}-{dead_pid()}-0"  # a killed task of this run, polling task 71
+    store.write(killed, json.dumps({"task": "71"}).encode())
+    assert inflight.count() == 2 and asked == ["71"]  # CaptchaAI still works on 71
+    store.aged[no_id] = 115.0
+    assert inflight.count() == 2  # within 100 + 20 s of the mark
+    store.aged[no_id] = 125.0
+    assert inflight.count() == 1 and store.read(no_id) is None
+    answers["71"] = True  # solved, or given up, at CaptchaAI
+    assert inflight.count() == 0 and store.read(killed) is None and asked == ["71"] * 4
+
+
+def test_a_left_task_is_polled_once_per_period_and_its_deadline_needs_no_poll(store):
+    asked = []
+    settle = Settle(timeout_s=100.0, ended=lambda t: asked.append(t) or False, every_s=60.0)
+    inflight = InFlight(store, Runs(store, ttl=TTL), settle=settle)
+    beat(store, current_run(), here=True)
+    killed = f"_state/inflight/{current_run()}-{dead_pid()}-0"
+    store.write(killed, json.dumps({"task": "72", "t": 0}).encode())
+    assert [inflight.count() for _ in range(3)] == [1, 1, 1] and asked == ["72"]
+    assert InFlight(store, settle=Settle(timeout_s=100.0)).count() == 1  # nobody to poll: it counts
+    store.aged[killed] = 102.0  # its submit's deadline passed: ended, whatever a poll would say
+    assert inflight.count() == 0 and asked == ["72"]
+
+
+def test_a_stopped_solve_leaves_its_mark_once_its_task_exists(store):
+    inflight = InFlight(store, Runs(store, ttl=TTL))
+    for task in (None, "73"):
+        with pytest.raises(KeyboardInterrupt), inflight.flight() as flight:
+            if task is not None:
+                flight.submitted(task)
+            raise KeyboardInterrupt
+    left = [store.read(k) for k in store.list("_state/inflight/")]
+    assert len(left) == 1 and json.loads(left[0])["task"] == "73"  # the one without a task went at the stop
+    with pytest.raises(TransientError), inflight.flight() as flight:  # the solve's own end: its task is over
+        flight.submitted("74")
+        raise TransientError("POLL_DEADLINE")
+    assert len(store.list("_state/inflight/")) == 1
 
 
 def test_a_poke_reaches_another_hosts_governor(store):

@@ -1,6 +1,7 @@
 """The cap that follows the plan, without Luigi: the pure decision, the loop on a fake clock, the
 shared count of solves in flight, the cap log, and the client's part (counting, asking for a reading)."""
 
+import os
 import subprocess
 import sys
 import time
@@ -193,14 +194,17 @@ def test_a_poke_reads_at_once_and_forbids_a_rise_on_that_reading():
 # ------------------------------------------------------------------------------- shared state
 
 
-def test_solves_in_flight_are_counted_across_processes_and_dead_ones_are_dropped(tmp_path):
+def test_solves_in_flight_are_counted_across_processes_and_ended_ones_are_dropped(tmp_path):
     inflight = InFlight(LocalStore(tmp_path))
     assert inflight.count() == 0
-    with inflight.marked(), inflight.marked():
+    with inflight.flight(), inflight.flight():
         assert inflight.count() == 2
     assert inflight.count() == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "_state" / "inflight" / f"{current_run()}-{int(dead.stdout)}-0").touch()  # a killed task's mark
+    killed = tmp_path / "_state" / "inflight" / f"{current_run()}-{int(dead.stdout)}-0"
+    killed.touch()  # a killed task's mark: its submit may have made a task, which holds a thread
+    assert inflight.count() == 1
+    os.utime(killed, (time.time() - 151, time.time() - 151))  # past timeout_s + submit_s of the defaults
     assert inflight.count() == 0 and list((tmp_path / "_state" / "inflight").iterdir()) == []
 
 

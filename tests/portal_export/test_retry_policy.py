@@ -15,7 +15,7 @@ import responses
 
 from portal_export.captchaai import CaptchaAI
 from portal_export.errors import KeyLevelError, PermanentError, TokenRefused, TransientError
-from portal_export.portal import Delivery, export_once, parse_page
+from portal_export.portal import Delivery, export_once, parse_page, session
 from portal_export.retry_policy import export_region
 
 API = "https://ocr.test"
@@ -290,7 +290,8 @@ def test_answer_without_a_records_list_is_permanent_never_empty(world, solver, a
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 408, 429])
-def test_portal_5xx_on_the_page_is_transient(world, solver, status):
+def test_portal_5xx_on_the_page_is_transient(world, solver, status, monkeypatch):
+    monkeypatch.setattr(session, "RATE_LIMIT_WAIT_S", 0.5)  # a 429 (no Retry-After) past the wait: an error
     world.pages.append((status, {"Content-Type": "text/html"}, "<html>down</html>"))
     with pytest.raises(TransientError) as info:
         export_once(DAY, "north", PORTAL, solver, sink=Lines())
@@ -300,7 +301,8 @@ def test_portal_5xx_on_the_page_is_transient(world, solver, status):
 
 
 @pytest.mark.parametrize("status", [500, 408, 429])
-def test_portal_5xx_on_the_post_is_transient_not_a_refused_token(world, solver, status):
+def test_portal_5xx_on_the_post_is_transient_not_a_refused_token(world, solver, status, monkeypatch):
+    monkeypatch.setattr(session, "TOKEN_LIFE_S", 30.5)  # the post waits TOKEN_LIFE_S - http_timeout_s: 0.5 s
     world.posts.append((status, {"Content-Type": "text/html"}, "<html>down</html>"))
     with pytest.raises(TransientError) as info:
         export_once(DAY, "north", PORTAL, solver, sink=Lines())
