@@ -252,7 +252,7 @@ class Steward:
                 thread.join(timeout=5)
         self.runs.end(self.run)
         if stopping.requested():  # a task process killed on the way out (ops/luigi_run.py) left its marks
-            self.inflight.prune_dead()
+            self.inflight.prune_dead(poll=False)  # a stopped run polls nothing: the next lister will
             self.waiting.prune_dead()
         if self.governor is not None:
             self.governor.stop()

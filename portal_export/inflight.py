@@ -181,9 +181,9 @@ class InFlight(Marks):
             return False
         return True
 
-    def prune_dead(self) -> set[str]:
+    def prune_dead(self, poll: bool = True) -> set[str]:
         """Deletes the marks whose solve ended; returns the others (live and left), by name."""
-        counted, ended = self.standing()
+        counted, ended = self.standing(poll)
         for key in ended:
             self.store.delete(key)
             self._left.pop(key, None)

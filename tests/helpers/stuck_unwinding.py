@@ -2,7 +2,8 @@
 test_stopping.
 
 The process `make backfill` runs around Luigi (ops.stopping's handlers, the steward, ops.luigi_run's worker with as
-many processes as tasks), minus the portal work: each task marks a solve in flight as a region does, writes
+many processes as tasks), minus the portal work: task 0 waits as a region in its backoff does, each other one marks a
+solve in flight with its task id (n) as a region does once its submit is answered; each writes
 DIR/ready-N with its pid and sleeps. Stopped, it unwinds as a region does (deaf to a second stop): it writes
 DIR/stopped-N with the time (time.monotonic) and stays stuck in its `finally` for a minute before its mark is
 released. Exits with the code the CLI would give (143 for SIGTERM, 130 for Ctrl-C)."""
@@ -15,6 +16,7 @@ from pathlib import Path
 import luigi
 
 from ops import luigi_run, steward, stopping
+from portal_export.gate import Waiting
 from portal_export.inflight import InFlight
 from tasks import targets
 from tasks.base import PortalTask
@@ -31,7 +33,10 @@ class StuckUnwinding(PortalTask):
         return f"_state/failures/stuck-{self.n}.json"
 
     def work(self) -> None:
-        with InFlight(targets.store()).marked():
+        # the first waits as a region in its backoff does; the others are solves CaptchaAI works on (task n)
+        with Waiting(targets.store()).marked() if self.n == 0 else InFlight(targets.store()).flight() as flight:
+            if flight is not None:
+                flight.submitted(str(self.n))
             Path(self.where, f"ready-{self.n}").write_text(str(os.getpid()))
             try:
                 time.sleep(60)

@@ -4,6 +4,7 @@ has stopped answering, with no CaptchaAI submit after the signal and nothing lef
 on luigid that a rerun must wait out. The real CLI against the sandbox and luigid itself.
 """
 
+import json
 import os
 import pickle
 import re
@@ -83,11 +84,15 @@ def assert_stopped(cli, proc, live, data_dir, signalled_at, sent_at, how):
     assert late == [], (signalled_at, late)
     # the solves in flight are abandoned at once (CaptchaAI has no cancel), while the run winds down
     assert {t["id"]: t["polls"] for t in live.tasks()} == polled
-    # nothing that counts against the cap or claims the run still goes
+    # nothing claims the run still goes; what counts against the cap is the solves CaptchaAI still works on, each
+    # mark naming its task: every task pending at the signal, and none whose token was taken
     state = data_dir / "_state"
-    assert not list((state / "inflight").glob("*")) and not list((state / "runs").glob("*"))
-    assert not list((state / "waiting").glob("*"))
-    return err
+    assert not list((state / "runs").glob("*")) and not list((state / "waiting").glob("*"))
+    left = {json.loads(p.read_text())["task"] for p in (state / "inflight").glob("*")}
+    tasks = live.tasks()
+    pending_then = {t["id"] for t in tasks if t["ready_t"] > signalled_at}
+    assert pending_then <= left <= {t["id"] for t in tasks if not t["token_accepted"]}, (left, tasks)
+    return err, left
 
 
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
@@ -116,10 +121,11 @@ def test_a_run_stopped_by_sigterm_hands_its_tasks_back_and_a_rerun_finishes_at_o
         mid_run(cli, proc, slow)
         signalled_at, sent_at = slow.now(), time.monotonic()
         stop(proc, "sigterm")
-        assert_stopped(cli, proc, slow, data_dir, signalled_at, sent_at, "sigterm")
+        _, left = assert_stopped(cli, proc, slow, data_dir, signalled_at, sent_at, "sigterm")
+        assert left  # stopped mid-solve (mid_run)
         assert central.task_list("RUNNING") == {} and central.task_list("DISABLED") == {}
-        # CaptchaAI has no cancel: the solves it abandoned hold plan threads until they end (a second
-        # here), which the rerun's plan check would see as another consumer's
+        # CaptchaAI has no cancel: the solves it abandoned hold plan threads until they end (a second here), and
+        # their marks count against the cap till then; the rerun polls them, finds them ended, and takes their slots
         while pending(slow):
             time.sleep(0.05)
 
@@ -129,6 +135,8 @@ def test_a_run_stopped_by_sigterm_hands_its_tasks_back_and_a_rerun_finishes_at_o
     assert rerun.code == 0, rerun
     assert "waiting for" not in rerun.err and "takeover" not in rerun.err, rerun.err
     assert rerun.err.rstrip().endswith("backfill 2026-06-01..2026-06-10: all 10 days complete")
+    assert "ended at CaptchaAI: its slot is free" in rerun.err
+    assert not list((data_dir / "_state" / "inflight").glob("*"))
 
 
 def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slower, cli, data_dir, tmp_path):

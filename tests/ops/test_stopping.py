@@ -1,5 +1,6 @@
 """ops/stopping.py in-process: what a stop leaves in the log."""
 
+import json
 import logging
 import os
 import signal
@@ -103,7 +104,8 @@ def test_within_its_tasks_run_a_forked_process_unwinds_the_task_first(tmp_path):
 def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(tmp_path):
     """Three task processes stuck a minute in their `finally`, deaf to a second stop: all get the stop at once
     (Luigi's own terminate stops one, waits for it to end, then the next), and the run kills them once
-    TASKS_END_WITHIN_S is up, says so, and deletes the in-flight marks they left."""
+    TASKS_END_WITHIN_S is up, says so, and deletes the waiting mark one left; the in-flight marks of the solves the
+    others left stay, each naming its task: CaptchaAI works on those until they end."""
     cfg = write_cfg(tmp_path / "stuck.cfg", {"captchaai": {"follow_plan": "false"}})
     data, tasks = tmp_path / "data", 3
     env = {**os.environ, "LUIGI_CONFIG_PATH": str(cfg), "PORTAL_DATA_DIR": str(data), "CAPTCHAAI_API_KEY": TEST_KEY}
@@ -120,7 +122,8 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
         time.sleep(0.05)
     pids = [int(path.read_text()) for path in ready]
-    assert len(list((data / "_state" / "inflight").iterdir())) == tasks
+    assert len(list((data / "_state" / "inflight").iterdir())) == tasks - 1
+    assert len(list((data / "_state" / "waiting").iterdir())) == 1
 
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
@@ -138,7 +141,9 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
         assert f"task process {pid} (StuckUnwinding(" in err
         assert not pid_alive(pid)
     assert err.count(f"did not end within {stopping.TASKS_END_WITHIN_S:.0f} s of the stop: killed") == tasks, err
-    assert list((data / "_state" / "inflight").iterdir()) == [], err
+    assert list((data / "_state" / "waiting").iterdir()) == [], err
+    left = sorted(json.loads(p.read_text())["task"] for p in (data / "_state" / "inflight").iterdir())
+    assert left == [str(n) for n in range(1, tasks)], err
     assert "Traceback" not in err, err
 
 
