@@ -82,7 +82,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # someone else's process: alive
-    return True
+    return not zombie(pid)
+
+
+def zombie(pid: int) -> bool:
+    """Ended, not yet reaped: its parent died first and whoever adopted it (a container's init) has not waited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def alive(

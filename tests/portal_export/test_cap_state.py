@@ -5,6 +5,7 @@ another machine, which a test writes as that host's CLI would; its age on the st
 the test wants (`beat`: the store's listing, its times moved back by that age)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from portal_export.gate import CapInForce, Gate
 from portal_export.inflight import LOCAL_STEP_S, REMOTE_STEP_S, InFlight, Settle
 from portal_export.lease import Lease
 from portal_export.runs import Runs, current_run
-from portal_export.state import store_now, this_host
+from portal_export.state import pid_alive, store_now, this_host, zombie
 from portal_export.store import LocalStore
 
 TTL = 10.0
@@ -402,3 +403,17 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
     assert Runs(steward.store).prune_dead(steward.key) == [heir]  # its own heartbeat went with it
     # another run lives: nothing restored (this steward keeps the configured cap, 4, when it restores)
     assert {r["name"]: r["num_total"] for r in central.rpc("resource_list")}["captchaai"] == 2
+
+
+def test_a_process_that_ended_unreaped_is_no_live_one():
+    """A container's init may never reap a killed run's task processes: a zombie's solve is no solve in flight."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # not waited for: a zombie once it ends
+    try:
+        deadline = time.monotonic() + 10
+        while not zombie(child.pid):
+            assert time.monotonic() < deadline, "the child never ended"
+            time.sleep(0.01)
+        assert not pid_alive(child.pid)
+        assert pid_alive(os.getpid())
+    finally:
+        child.wait()
