@@ -59,7 +59,7 @@ class CaptchaAIApp:
         who = params.get("id") or params.get("pageurl") or action or ""  # "the same request", sent again
         st.note_again(endpoint, who)
 
-        kind, plan = st.pick_fault(endpoint)
+        kind, plan = st.pick_fault(endpoint, action)
         if kind in RATE_LIMIT_KINDS:
             return st.rate_limit(endpoint, who, kind, plan)
         if kind and ANSWER_CODE.fullmatch(kind):

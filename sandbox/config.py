@@ -48,9 +48,11 @@ class FaultPlan:
     schedule: dict = field(default_factory=dict)
     slow_s: float = 5.0
     retry_after_s: float = 2.0  # of the rate-limit kinds (whole seconds, at least 1, after time_scale)
+    actions: tuple = ()  # res.php actions the plan counts and faults ("get": the polls); empty: every request
 
     def __post_init__(self):
         object.__setattr__(self, "kinds", tuple(self.kinds))
+        object.__setattr__(self, "actions", tuple(self.actions))
         object.__setattr__(self, "schedule", {int(i): k for i, k in self.schedule.items()})
         if not 0.0 <= self.rate <= 1.0:
             raise ValueError(f"fault rate must be within [0, 1], got {self.rate}")

@@ -29,8 +29,10 @@ class FaultInjector:
         # one stream per endpoint, so traffic on one endpoint never shifts another's faults
         self._rng = {e: random.Random(f"{seed}|fault|{e}") for e in ENDPOINTS}
 
-    def pick(self, endpoint: str) -> tuple[str | None, FaultPlan | None]:
+    def pick(self, endpoint: str, action: str | None = None) -> tuple[str | None, FaultPlan | None]:
         plan = self.plans.get(endpoint)
+        if plan is not None and plan.actions and action not in plan.actions:
+            return None, None  # not a request the plan counts (a poll's plan skips threadsinfo)
         index = self._index[endpoint]
         self._index[endpoint] += 1
         if plan is None:

@@ -130,9 +130,9 @@ class SandboxState:
             if action is not None:
                 self.stats.actions[action] += 1
 
-    def pick_fault(self, endpoint: str):
+    def pick_fault(self, endpoint: str, action: str | None = None):
         with self.lock:
-            kind, plan = self.faults.pick(endpoint)
+            kind, plan = self.faults.pick(endpoint, action)
             if kind:
                 self.stats.faults[endpoint][kind] += 1
             return kind, plan

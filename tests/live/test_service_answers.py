@@ -3,6 +3,7 @@ submit and result tables through the real client and one region's export against
 the service and the portal, waited out for their Retry-After with no attempt spent."""
 
 import datetime
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from portal_export.errors import ExportError, KeyLevelError, PermanentError
 from portal_export.gate import Gate
 from portal_export.retry_policy import export_region
 from portal_export.store import LocalStore
-from sandbox import SANDBOX_KEY, FaultPlan
+from sandbox import REGIONS, SANDBOX_KEY, FaultPlan
 
 DAY = datetime.date(2026, 9, 1)
 
@@ -135,3 +136,28 @@ def test_a_rate_limit_past_the_solves_deadline_is_the_error_it_is(live, tmp_path
     out, _ = export_north(live, tmp_path)
     assert (out.status, out.attempts, out.transient_errors) == ("ok", 2, ["HTTP_429"])
     assert live.stats()["rate_limited"] == {"in.php": 1}
+
+
+def test_a_day_whose_first_submits_find_no_slot_and_whose_poll_is_rate_limited_completes_exactly(live, cli, data_dir):
+    """Through the real CLI: the first two submits answered ERROR_NO_SLOT_AVAILABLE, one poll 429 with Retry-After.
+    The day is exact, with one accepted submit per region, no attempt spent, nothing sent before it was allowed."""
+    live.configure(
+        faults={
+            "in.php": FaultPlan(schedule={0: "ERROR_NO_SLOT_AVAILABLE", 1: "ERROR_NO_SLOT_AVAILABLE"}),
+            "res.php": FaultPlan(schedule={1: "rate_limit"}, retry_after_s=0.5, actions=("get",)),
+        }
+    )
+    run = cli("export", str(DAY))
+    assert run.code == 0, run
+    stats = live.stats()
+    assert stats["codes"]["in.php"] == {"ERROR_NO_SLOT_AVAILABLE": 2}
+    assert stats["rate_limited"] == {"res.php": 1} and stats["early"] == {}
+    assert stats["tokens"]["accepted"] == 4 == len(live.tasks())  # one accepted submit per region, nothing else
+    lines = (data_dir / f"portal_records_{DAY}.jsonl").read_text().splitlines()
+    assert lines == [
+        json.dumps(r, ensure_ascii=False) for region in REGIONS for r in live.expected_records(DAY, region)
+    ]
+    health = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())
+    regions = health["regions"].values()
+    assert sum(r["busy_waits"] for r in regions) == 2, health  # the refusals, waited out
+    assert all(r["attempts"] == 1 and r["transient_errors"] == [] for r in regions), health
