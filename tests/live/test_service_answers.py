@@ -4,6 +4,7 @@ the service and the portal, waited out for their Retry-After with no attempt spe
 
 import datetime
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,16 @@ RESULT = {
 
 def test_the_tables_name_every_code_the_client_maps():
     assert (set(SUBMIT) | set(RESULT)) - {"ERROR_SOMETHING_UNDOCUMENTED"} == set(errors.CODES)
+
+
+def test_the_docs_table_gives_each_code_the_class_the_code_does():
+    text = (Path(__file__).parents[2] / "docs" / "failures.md").read_text()
+    rows = text.split("<!-- codes:", 1)[1].split("<!-- /codes -->", 1)[0].splitlines()[3:]
+    documented = {}
+    for row in rows:
+        codes, _, cls, _ = (cell.strip() for cell in row.strip().strip("|").split("|"))
+        documented.update(dict.fromkeys(re.findall(r"`([A-Z_]+)`", codes), cls))
+    assert documented == errors.CODES
 
 
 def export_north(live, tmp_path, **client):
