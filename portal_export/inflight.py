@@ -4,7 +4,8 @@ is answered, then `{"task": id}`. A mark counts while its process lives. A proce
 worked on its task (stopped, killed, its host dead) leaves its mark: the task holds a plan thread until it ends, so
 the mark counts on until a poll (by whoever lists it, on any host, with the key) answers the task ended, or until its
 deadline, on the store's clock: `timeout_s` after the submit, `timeout_s + submit_s` after the mark where no task id
-came back (the process was killed before the submit's answer). `poke()` asks the governor, on whichever host, for a plan reading at once."""
+came back (the process was killed before the submit's answer). `poke()` asks the governor, on whichever host, for a
+plan reading at once."""
 
 from __future__ import annotations
 
