@@ -29,6 +29,13 @@ MARKETS = (
     ("NW-04", "North-West"),
     ("CE-05", "Central"),
 )
+# The [portal] keys that describe this portal to the project, each default region one market (make demo SHAPE=...).
+PORTAL_KEYS = """\
+export_page = /reports/daily
+export_fields = report_date={day:DD.MM.YYYY}, market={region}
+region_values = north=NE-01, south=SE-02, east=SW-03, west=NW-04
+record_checks = date={day:DD.MM.YYYY}, market={region}
+"""
 PAGE_KEY = ("", "")  # what the session's served page is filed under: the page is for no day or market
 COOKIE = "portal_session"
 
