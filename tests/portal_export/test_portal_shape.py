@@ -246,3 +246,41 @@ def test_a_record_without_the_field_fails():
     with pytest.raises(PermanentError) as err:
         list(checked(iter(lines({"market": "NE-01"})), WANTED, "the post"))
     assert "record 1 of the answer has no such field, [portal] record_checks wants date='01.09.2026'" in str(err.value)
+
+
+# ------------------------------------------------------------------- docs/portals.md's worked examples
+
+
+def test_the_date_range_example_sets_both_dates_and_the_region_number():
+    page = parse_page(
+        '<form method="post" action="/reports/export"><input type="hidden" name="__RequestVerificationToken" '
+        'value="v"><input type="date" name="from"> <input type="date" name="to"><select name="regionId">'
+        '<option value="1">North</option><option value="2">South</option></select>'
+        '<div class="g-recaptcha" data-sitekey="k"></div></form>',
+        "https://portal.test/reports/export",
+    )
+    portal = shape(
+        export_page="/reports/export",
+        export_fields="from={day}, to={day}, regionId={region}",
+        region_values="north=1, south=2, east=3, west=4",
+        record_checks="Date={day}",
+    )
+    filled = form_fill(page.form, portal.field_values(DAY, "south"))
+    assert filled.fields == [
+        ("__RequestVerificationToken", "v"),
+        ("from", "2026-09-01"),
+        ("to", "2026-09-01"),
+        ("regionId", "2"),
+    ]
+    assert filled.problems == () and portal.wanted(DAY, "south") == [("Date", "2026-09-01")]
+
+
+def test_the_mm_dd_yyyy_example_encodes_its_slashes_in_the_url_only():
+    portal = shape(
+        export_page="/export/run?date={day:MM/DD/YYYY}&site={region}",
+        export_fields="reportDate={day:MM/DD/YYYY}, site={region}",
+        record_checks="Report Date={day:MM/DD/YYYY}, Site={region}",
+    )
+    assert portal.page_url(DAY, "north") == "https://portal.test/export/run?date=09%2F01%2F2026&site=north"
+    assert portal.field_values(DAY, "north") == [("reportDate", "09/01/2026"), ("site", "north")]
+    assert portal.wanted(DAY, "north") == [("Report Date", "09/01/2026"), ("Site", "north")]
