@@ -1,6 +1,7 @@
 """luigi.cfg's sections (luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both. The API key is no
 parameter: read from the environment where a request needs it, it reaches no scheduler, visualiser or task id."""
 
+import configparser
 import os
 import re
 
@@ -75,6 +76,19 @@ class alerts(luigi.Config):
 
 class ConfigError(ValueError):
     """A setting that cannot work; said in one line before any request leaves."""
+
+
+def unreadable(err: ValueError) -> ConfigError | None:
+    """The one line for a value luigi.cfg's interpolation refuses (a `%` not written `%%`: a strftime date pattern in
+    a [portal] template, say), which Luigi raises as a ValueError from the section's parameters; None for another."""
+    cause = err.__cause__
+    if not isinstance(cause, configparser.InterpolationError):
+        return None
+    why = " ".join(str(cause).split())
+    return ConfigError(
+        f"[{cause.section}] {cause.option}: {why} (a config file reads % as interpolation: write %% for one; "
+        "a [portal] template writes the date with {day:DD.MM.YYYY}, not strftime's %d)"
+    )
 
 
 def api_key() -> str:

@@ -14,7 +14,7 @@ import pytest
 from sandbox import REGIONS
 from sandbox.daily_report import default_day
 from tests.helpers.cfg import DAILY_REPORT as SHAPED
-from tests.helpers.cfg import MARKET
+from tests.helpers.cfg import MARKET, write_cfg
 
 DAY = datetime.date(2026, 9, 1)
 
@@ -113,4 +113,17 @@ def test_a_shape_that_cannot_work_is_refused_in_one_line_before_any_request(shap
 
     assert run.code == 2, run
     assert run.err == f"error: {run.err.removeprefix('error: ').strip()}\n" and said in run.err
+    assert shaped.stats()["requests"] == {}
+
+
+@pytest.mark.parametrize("command", [("export", DAY), ("probe", DAY)], ids=["export", "probe"])
+def test_a_strftime_pattern_the_config_file_cannot_read_is_refused_in_one_line(shaped, cli, tmp_path, command):
+    """A single % is luigi.cfg's interpolation: Luigi itself refuses the section, which must not be a traceback."""
+    site = write_cfg(tmp_path / "site.cfg", {"portal": {**SHAPED, "record_checks": "date={day:%d.%m.%Y}"}})
+
+    run = cli(*command, LUIGI_CONFIG_PATH=str(site))
+
+    assert run.code == 2, run
+    assert run.err.startswith("error: [portal] record_checks: '%' must be followed by '%' or '('")
+    assert run.err.count("\n") == 1 and "{day:DD.MM.YYYY}, not strftime's %d" in run.err
     assert shaped.stats()["requests"] == {}
