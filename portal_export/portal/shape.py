@@ -168,11 +168,13 @@ class PortalShape:
         """The shape `[portal]`'s keys describe; ShapeError naming the key for one that cannot work."""
         known = list(regions)
         values = pairs("region_values", region_values)
-        for region, _ in values:
+        for region, value in values:
             if region not in known:
                 raise ShapeError(
                     f"[portal] region_values: {region!r} is not one of [portal] regions ({', '.join(known)})"
                 )
+            if not value:
+                raise ShapeError(f"[portal] region_values: {region!r} has no value: give REGION=VALUE")
         return cls(
             base_url,
             login,

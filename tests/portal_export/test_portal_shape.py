@@ -123,6 +123,7 @@ def test_commas_inside_a_placeholder_do_not_split_entries():
             "[portal] region_values: 'nowhere' is not one of [portal] regions",
         ),
         ({"region_values": "north"}, "[portal] region_values: 'north' is no NAME=VALUE entry"),
+        ({"region_values": "north= ,south=SE"}, "[portal] region_values: 'north' has no value"),
         ({"export_fields": "=x"}, "[portal] export_fields: '=x' is no NAME=VALUE entry"),
         ({"export_fields": "a=1, a=2"}, "[portal] export_fields: 'a' is given twice"),
         ({"export_fields": "market={markt}"}, "[portal] export_fields market: unknown placeholder {markt}"),
