@@ -60,6 +60,7 @@ def _date_writer(pattern: str, where: str) -> Callable[[datetime.date, str], str
 
 def _placeholder(inner: str, where: str) -> Callable[[datetime.date, str], str]:
     name, colon, pattern = inner.partition(":")
+    name = name.strip()
     if name == "day" and colon:
         return _date_writer(pattern, where)
     if name == "day":

@@ -34,6 +34,7 @@ def render(text, region="north"):
         ("{day:YYYYMMDD}", "20260901"),
         ("{day:DD MM, YYYY!}", "01 09, 2026!"),
         ("{ day }", "2026-09-01"),
+        ("{day :DD.MM.YYYY}", "01.09.2026"),
         ("{region}", "north"),
         ("from {day:YYYY-MM}-01 to {day}", "from 2026-09-01 to 2026-09-01"),
         ("{{literal}} {region}", "{literal} north"),
