@@ -20,6 +20,8 @@ METRICS_PORT ?= 9464
 METRICS_BIND ?= 127.0.0.1
 # make demo STORE=s3: the demo's data dir in a bucket of a SeaweedFS it starts and stops; empty: var/demo/data
 STORE ?=
+# make demo SHAPE=daily-report: the sandbox's portal of its own shape, described by [portal] keys (docs/portals.md)
+SHAPE ?=
 # backfill options: NEWEST_FIRST=1, TASK_LIMIT=N
 NEWEST_FIRST ?=
 # make prune: DRY_RUN=1 only prints what it would remove
@@ -124,8 +126,8 @@ lint: $(VENV)/.installed ## ruff (lint and format check) and mypy; zero findings
 	$(VENV)/bin/mypy
 
 .PHONY: demo
-demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS)
-	$(PY) -m sandbox.demo $(if $(STORE),--store $(STORE))
+demo: $(VENV)/.installed ## export three days against the built-in sandbox (output in var/demo/; STORE=s3: into a bucket of a local SeaweedFS; SHAPE=daily-report: from a portal of its own shape)
+	$(PY) -m sandbox.demo $(if $(STORE),--store $(STORE)) $(if $(SHAPE),--shape $(SHAPE))
 
 .PHONY: demo-fleet
 demo-fleet: $(VENV)/.installed ## three worker hosts on one luigid and one S3 bucket (SeaweedFS); one is SIGKILLed mid-backfill (~1 min, var/demo-fleet/)

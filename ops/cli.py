@@ -202,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, config.ConfigError, ExportError) as err:
         say(f"error: {err}")
         return USAGE_ERROR
+    except ValueError as err:  # a section's parameters that its config file's interpolation refuses
+        if (problem := config.unreadable(err)) is None:
+            raise
+        say(f"error: {problem}")
+        return USAGE_ERROR
     except luigi.rpc.RPCError as err:  # luigid (or its proxy) went away after the run chose it
         say(f"error: {err}: {err.sub_exception}")
         return 1

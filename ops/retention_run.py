@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from portal_export import breaker, retention, store_keys
 from tasks import config, targets
-from tasks.region import portal_login
+from tasks.portal_shape import portal_login
 
 log = logging.getLogger(__name__)
 SHOWN = 5  # objects of each kind a dry run names

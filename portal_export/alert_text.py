@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 DAYS_PER_LINE_WIDTH = 66  # wrapped day lists stay readable on a phone
+SHAPE_CODES = frozenset({"PORTAL_FIELD_VALUE", "PORTAL_RECORDS_MISMATCH"})  # a rerun alone cannot help
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,11 @@ def next_steps(facts: RunFacts, failed: Sequence[MissingDay], invalid: Sequence[
         )
     if facts.busy_plan and failed:
         steps.append("The plan was busy with other consumers: free threads or raise the plan before the rerun.")
+    if shape := sorted({code for m in failed for code in m.failed_regions.values()} & SHAPE_CODES):
+        steps.append(
+            f"The portal's form or answer does not fit [portal] ({', '.join(shape)}): fix export_fields, "
+            "region_values or record_checks as the message says (`make probe` shows the form)"
+        )
     if failed:
         steps.append(f"{'Then rerun' if steps else 'Rerun'}: {facts.rerun}")
     for m in invalid:

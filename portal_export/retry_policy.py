@@ -19,8 +19,9 @@ import tenacity
 
 from .captchaai import OnPoll
 from .errors import TokenRefused, TransientError, UnsolvableError
-from .portal import Login, export_once
+from .portal import export_once
 from .portal.session import Delivery, Sink, Solver
+from .portal.shape import PortalShape
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Attempt:
 def export_region(
     day: object,
     region: str,
-    base_url: str,
+    portal: PortalShape | str,
     solver: Solver,
     *,
     sink: Sink,
@@ -96,14 +97,14 @@ def export_region(
     retry_base_s: float = 10.0,
     retry_jitter_s: float = 10.0,
     http_timeout_s: float = 30.0,
-    login: Login | None = None,
     rng: Any = random,
     sleep: Callable[[float], None] = time.sleep,
     on_attempt: Callable[[int], object] | None = None,
     on_poll: OnPoll | None = None,
 ) -> RegionOutcome:
-    """Export one region; returns a RegionOutcome (status "ok" or "unsolvable") or raises. The
-    delivering attempt's records go to `sink`, whose every call starts afresh."""
+    """Export one region of `portal` (its shape, or a base URL for the simplest portal); returns a
+    RegionOutcome (status "ok" or "unsolvable") or raises. The delivering attempt's records go to
+    `sink`, whose every call starts afresh."""
     out = RegionOutcome(str(day), region)
 
     def fetch() -> Delivery:
@@ -113,11 +114,10 @@ def export_region(
         return export_once(
             out.day,
             region,
-            base_url,
+            portal,
             solver,
             sink=sink,
             http_timeout_s=http_timeout_s,
-            login=login,
             on_task=out.task_ids.append,
             on_poll=on_poll,
             on_repost=out.reposted_posts.append,

@@ -16,7 +16,7 @@ Protocol choices where the real service leaves room:
   (start, or configure(faults=...)).
 """
 
-from .config import NO_PLAN_KEY, SANDBOX_KEY, SANDBOX_PASSWORD, SANDBOX_USER, VARIANTS, FaultPlan, SandboxConfig
+from .config import NO_PLAN_KEY, SANDBOX_KEY, SANDBOX_PASSWORD, SANDBOX_USER, SHAPES, VARIANTS, FaultPlan, SandboxConfig
 from .portal_data import REGIONS, expected_csv_records, expected_records, sitekey_for
 from .sandbox import Sandbox
 
@@ -29,6 +29,7 @@ __all__ = [
     "SANDBOX_USER",
     "SANDBOX_PASSWORD",
     "VARIANTS",
+    "SHAPES",
     "REGIONS",
     "expected_csv_records",
     "sitekey_for",

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from .config import CAPTCHAAI_KINDS, ENDPOINTS, SANDBOX_KEY, VARIANTS, FaultPlan, SandboxConfig
+from .config import CAPTCHAAI_KINDS, ENDPOINTS, SANDBOX_KEY, SHAPES, VARIANTS, FaultPlan, SandboxConfig
 from .portal_data import REGIONS, sitekey_for
 from .sandbox import Sandbox
 
@@ -84,6 +84,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"serve REGION (* for every one) as a real portal would; names: {', '.join(VARIANTS)}",
     )
     p.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="simple",
+        help="the portal's shape: the simplest portal (/export), or daily-report (/reports/daily, docs/portals.md)",
+    )
+    p.add_argument(
         "--maintenance-pages", type=int, default=2, help="HTML 200 pages before records (variant maintenance)"
     )
     p.add_argument("--captchaai-port", type=int, default=0)
@@ -106,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> SandboxConfig:
         ban_s=args.ban_s,
         variants={r: v for r, v in args.variant},
         maintenance_pages=args.maintenance_pages,
+        shape=args.shape,
         captchaai_port=args.captchaai_port,
         portal_port=args.portal_port,
     )

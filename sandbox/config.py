@@ -37,6 +37,11 @@ VARIANTS = (
 )
 
 
+# The portal's shape: the contract's simplest portal (/export, its variants per region), or a portal of
+# its own shape (sandbox/daily_report.py: /reports/daily, a date field, a select of market codes).
+SHAPES = ("simple", "daily-report")
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """Faults for one endpoint: seeded `rate` picking from `kinds`, plus a
@@ -89,6 +94,7 @@ class SandboxConfig:
     captchaai_port: int = 0
     portal_port: int = 0
     variants: dict = field(default_factory=dict)  # region (or "*" for every one) -> variant names
+    shape: str = "simple"  # one of SHAPES
     maintenance_pages: int = 2  # per (day, region), with the "maintenance" variant
     users: dict = field(default_factory=lambda: {SANDBOX_USER: SANDBOX_PASSWORD})
 
@@ -102,6 +108,8 @@ class SandboxConfig:
         unknown_variants = set().union(*self.variants.values()) - set(VARIANTS) if self.variants else set()
         if unknown_variants:
             raise ValueError(f"unknown variant(s) {sorted(unknown_variants)}; variants are {VARIANTS}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {SHAPES}, got {self.shape!r}")
         if self.solve not in SOLVE_MODELS:
             raise ValueError(f"solve must be one of {SOLVE_MODELS}, got {self.solve!r}")
         if self.time_scale <= 0:

@@ -5,7 +5,9 @@ tests run it faster through DEMO_TIME_SCALE) and
 leaves one region unsolvable, so the demo shows a day passing validation with it counted. Output
 goes to var/demo/, never to the operator's data/. `--store s3` (`make demo STORE=s3`) runs the same
 three days into a bucket of a real S3-compatible store (SeaweedFS) that it starts and stops, its
-data under var/demo-s3/.
+data under var/demo-s3/. `--shape daily-report` (`make demo SHAPE=daily-report`) exports them from
+the sandbox's portal of its own shape instead (sandbox/daily_report.py), described by `[portal]` keys
+alone, which it prints.
 """
 
 import argparse
@@ -18,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from portal_export.store import LocalStore, Store, read_json
-from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, sitekey_for
+from sandbox import SANDBOX_KEY, SHAPES, Sandbox, SandboxConfig, sitekey_for
 from tasks.s3store import ObjectClient, S3Store
 
+from .daily_report import PORTAL_KEYS
 from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 DEMO_BUCKET = "portal-demo"
@@ -96,7 +99,9 @@ def data_dir(root: Path, kind: str) -> Iterator[tuple[str, str, dict[str, str], 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
     parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the data dir is")
+    parser.add_argument("--shape", choices=SHAPES, default="simple", help="the sandbox portal's shape")
     args = parser.parse_args(argv)
+    shaped = args.shape != "simple"
     root = Path(os.environ.get("PORTAL_VAR_DIR", "var")) / ("demo" if args.store == "local" else "demo-s3")
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -107,11 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         solve="lognormal",
         solve_median_s=25.0,
         solve_sigma=0.35,
-        unsolvable_sitekeys=frozenset({sitekey_for("east")}),
+        unsolvable_sitekeys=frozenset({sitekey_for("east")}),  # one sitekey for the shaped portal's site: none
+        shape=args.shape,
     )
     with Sandbox(cfg) as sb, data_dir(root, args.store) as (where, store_cfg, store_env, store):
-        (root / "demo.cfg").write_text(demo_cfg(scale) + store_cfg)
+        # demo_cfg ends in its [portal] section, which the shape's keys join
+        (root / "demo.cfg").write_text(demo_cfg(scale) + (PORTAL_KEYS if shaped else "") + store_cfg)
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
+        if shaped:
+            keys = PORTAL_KEYS.strip().replace("\n", "\n  ")
+            print(f"demo: its {args.shape} portal, described by [portal] keys alone:\n  {keys}", flush=True)
         env = {
             **os.environ,
             "CAPTCHAAI_API_KEY": SANDBOX_KEY,

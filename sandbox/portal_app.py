@@ -17,6 +17,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.utils import redirect
 from werkzeug.wrappers import Request, Response
 
+from . import daily_report
 from . import portal_pages as pages
 from .big_answers import BigAnswer
 from .config import RATE_LIMIT_KINDS
@@ -33,8 +34,11 @@ _URLS = Map(
         Rule("/reports/run", endpoint="run", methods=["POST"]),
         Rule("/login", endpoint="login", methods=["GET", "POST"]),
         Rule("/welcome", endpoint="welcome", methods=["GET"]),
+        Rule(daily_report.PATH, endpoint="daily", methods=["GET", "POST"]),
     ]
 )
+# the endpoints of each shape of portal: the other shape's answer 404
+_SHAPE_OF = {"export": "simple", "frame": "simple", "run": "simple", "daily": "daily-report"}
 
 
 def _error(status: int, reason: str) -> Response:
@@ -55,6 +59,8 @@ class PortalApp:
             endpoint, _ = _URLS.bind_to_environ(environ).match()
         except HTTPException as exc:
             return exc(environ, start_response)
+        if _SHAPE_OF.get(endpoint, self.state.cfg.shape) != self.state.cfg.shape:
+            return Response("not found", status=404, mimetype="text/plain")(environ, start_response)
         if endpoint in ("login", "welcome"):  # no faults: they would shift the export's fault schedules
             self.state.note_request("portal_login")
             return self._login(request)(environ, start_response)
@@ -72,6 +78,9 @@ class PortalApp:
             self.state.sleep(self.state.scaled(plan.slow_s))
         elif kind:  # html502, or html500 for every other kind (no JSON codes on a web page)
             return html_error(502 if kind == "html502" else 500)(environ, start_response)
+        if endpoint == "daily":
+            handler = daily_report.post if posting else daily_report.page
+            return handler(self.state, request)(environ, start_response)
         handler = self._post if posting else self._page
         return handler(request, framed=endpoint == "frame")(environ, start_response)
 

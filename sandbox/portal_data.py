@@ -87,6 +87,23 @@ def expected_records(day, region: str, records_per_region: tuple = (3, 12)) -> l
     return records
 
 
+def report_records(day, market: str, records_per_region: tuple = (3, 12)) -> list[dict]:
+    """The records the daily-report portal serves for (day, market): its own keys, its date written DD.MM.YYYY."""
+    day = parse_day(day)
+    return [
+        {
+            "id": r["record_id"],
+            "market": market,
+            "date": f"{day:%d.%m.%Y}",
+            "units": r["units"],
+            "amount": r["amount"],
+            "partner": r["partner"]["name"],
+            "channel": r["channel"],
+        }
+        for r in expected_records(day, market, records_per_region)
+    ]
+
+
 CSV_HEADER = ("record_id", "day", "region", "partner", "units", "amount", "note", "comment")
 # the first three alone (the fewest records a region has) hold every trap
 _COMMENTS = ('said "fine",\nthen left — ok', "", "NA", "a, b; c", "€ 5 für Größe", "line one\r\nline two")

@@ -8,7 +8,7 @@ import threading
 from .captchaai_app import CaptchaAIApp
 from .config import HOST, SANDBOX_KEY, SandboxConfig
 from .portal_app import PortalApp
-from .portal_data import expected_csv_records, expected_records
+from .portal_data import expected_csv_records, expected_records, report_records
 from .state import SandboxState
 from .wsgi_server import ServerThread
 
@@ -135,3 +135,7 @@ class Sandbox:
         if {"csv", "csv-attachment"} & self.config.variants_of(region):
             return expected_csv_records(day, region, self.config.records_per_region)
         return expected_records(day, region, self.config.records_per_region)
+
+    def report_records(self, day, market: str) -> list[dict]:
+        """What the daily-report portal (shape "daily-report") answers for (day, market)."""
+        return report_records(day, market, self.config.records_per_region)

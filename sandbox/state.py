@@ -55,6 +55,7 @@ class Served:
     enterprise: bool = False
     data_s: str | None = None
     expect: dict = dataclasses.field(default_factory=dict)  # field -> the exact value it must come back with
+    sitekey: str | None = None  # the site's one sitekey; None: the region's own
 
 
 @dataclass
@@ -397,7 +398,7 @@ class SandboxState:
         if task.token_used:
             return "timeout-or-duplicate"
         task.token_used = True  # verified once, like siteverify, whatever the outcome
-        if task.googlekey != sitekey_for(region):
+        if task.googlekey != (served.sitekey or sitekey_for(region)):
             return "wrong-sitekey"
         if task.pageurl != page_url:
             return "wrong-pageurl"

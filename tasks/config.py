@@ -1,6 +1,7 @@
 """luigi.cfg's sections (luigi.cfg, then LUIGI_CONFIG_PATH), the environment winning over both. The API key is no
 parameter: read from the environment where a request needs it, it reaches no scheduler, visualiser or task id."""
 
+import configparser
 import os
 import re
 
@@ -8,6 +9,7 @@ import luigi
 import luigi.configuration
 
 from portal_export.captchaai import DEFAULT_API_BASE
+from portal_export.portal.shape import DEFAULT_PAGE
 
 REGION_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a region names a file and a URL parameter: nothing else
 RESOURCE = "captchaai"  # the Luigi resource that caps solves in flight
@@ -50,6 +52,18 @@ class portal(luigi.Config):
         default=30.0, description="days its own state, failure records and luigid history are kept after last use"
     )
     login_path = luigi.Parameter(default="/login", description="the login form's path (with PORTAL_USERNAME set)")
+    export_page = luigi.Parameter(
+        default=DEFAULT_PAGE, description="the export page's path and query under base_url, a template"
+    )
+    export_fields = luigi.Parameter(
+        default="", description="comma-separated NAME=TEMPLATE: form fields the post sets, whatever the page gave"
+    )
+    region_values = luigi.Parameter(
+        default="", description="comma-separated REGION=VALUE: what {region} stands for (default: the region's name)"
+    )
+    record_checks = luigi.Parameter(
+        default="", description="comma-separated FIELD=TEMPLATE: the value every record of an answer must carry"
+    )
     metrics_window_days = luigi.IntParameter(
         default=35, description="/metrics counts missing and failed days among this many days before today (UTC)"
     )
@@ -62,6 +76,19 @@ class alerts(luigi.Config):
 
 class ConfigError(ValueError):
     """A setting that cannot work; said in one line before any request leaves."""
+
+
+def unreadable(err: ValueError) -> ConfigError | None:
+    """The one line for a value luigi.cfg's interpolation refuses (a `%` not written `%%`: a strftime date pattern in
+    a [portal] template, say), which Luigi raises as a ValueError from the section's parameters; None for another."""
+    cause = err.__cause__
+    if not isinstance(cause, configparser.InterpolationError):
+        return None
+    why = " ".join(str(cause).split())
+    return ConfigError(
+        f"[{cause.section}] {cause.option}: {why} (a config file reads % as interpolation: write %% for one; "
+        "a [portal] template writes the date with {day:DD.MM.YYYY}, not strftime's %d)"
+    )
 
 
 def api_key() -> str:

@@ -1,6 +1,5 @@
-"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot. Its portal login comes from
-PORTAL_USERNAME / PORTAL_PASSWORD, with a breaker named by base URL, user and password: a wrong password stops every run
-after its first refusal (`make clear-breaker` clears it), and a corrected one is not blocked by the old one's."""
+"""RegionExport: one region of one day, in one HTTP session, holding one captchaai slot, against the portal
+that `[portal]` describes (tasks/portal_shape.py: its page, form fields, region values, record checks, login)."""
 
 import logging
 import os
@@ -16,27 +15,15 @@ from portal_export.captchaai import CaptchaAI
 from portal_export.errors import TransientError
 from portal_export.gate import Gate, Waiting
 from portal_export.inflight import Settle
-from portal_export.portal import Login
 from portal_export.portal.session import log_in
 from portal_export.region_file import Spool
 from portal_export.retry_policy import export_region
 
 from . import config, targets
 from .base import PortalTask
+from .portal_shape import portal_login, portal_shape
 
 log = logging.getLogger(__name__)
-
-
-def portal_login() -> Login | None:
-    username = os.environ.get("PORTAL_USERNAME", "").strip()
-    if not username:
-        return None
-    password = os.environ.get("PORTAL_PASSWORD", "")
-    if not password:
-        raise config.ConfigError("PORTAL_USERNAME is set but PORTAL_PASSWORD is not: export both, or neither")
-    name = f"login\0{config.portal_base_url().rstrip('/')}\0{username}\0{password}"
-    breaker = KeyBreaker(targets.store(), name, advice="fix PORTAL_USERNAME/PORTAL_PASSWORD")
-    return Login(username, password, config.portal().login_path, breaker)
 
 
 def check_login(timeout_s: float, say: Callable[[str], None]) -> None:
@@ -102,17 +89,17 @@ class RegionExport(PortalTask):
             percent = min(95, int(100 * elapsed / cfg.timeout_s))
             self.status(f"attempt {attempt}: CaptchaAI task {task_id}, {polls} polls, {elapsed:.0f} s", percent)
 
+        portal = portal_shape()  # a [portal] key that cannot work fails the region before any request
         solver = self.make_solver()
         with Spool() as spool:  # the answer's records, until the facts that go before them are known
             outcome = export_region(
                 self.date,
                 self.region,
-                config.portal_base_url(),
+                portal,
                 solver,
                 sink=spool.fill,
                 **{name: getattr(config.portal(), name) for name in ("attempts", "retry_base_s", "retry_jitter_s")},
                 http_timeout_s=cfg.http_timeout_s,
-                login=portal_login(),
                 sleep=Waiting(targets.store()).sleep,  # a backoff lends this task's slot to another region
                 on_attempt=on_attempt,
                 on_poll=on_poll,

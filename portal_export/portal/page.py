@@ -56,11 +56,20 @@ class Field:
 
 
 @dataclass(frozen=True)
+class Select:
+    """A `<select>` of a form: what it may be set to, (value, label) per option in page order."""
+
+    name: str
+    options: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Form:
     action: str  # absolute
     method: str  # "GET" or "POST"
     fields: tuple[Field, ...]
     has_password: bool = False
+    selects: tuple[Select, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,12 +91,15 @@ class _OpenForm:
     attrs: dict[str, str]
     fields: list[Field] = field(default_factory=list)
     password: bool = False
+    selects: list[Select] = field(default_factory=list)
 
     def form(self, base: str) -> Form:
         action = self.attrs.get("action", "").strip()
         method = self.attrs.get("method", "get").strip().upper()
         target = urljoin(base, action) if action else base.split("#")[0]
-        return Form(target, "POST" if method == "POST" else "GET", tuple(self.fields), self.password)
+        return Form(
+            target, "POST" if method == "POST" else "GET", tuple(self.fields), self.password, tuple(self.selects)
+        )
 
 
 class _Parser(HTMLParser):
@@ -107,7 +119,7 @@ class _Parser(HTMLParser):
         self._text: list[str] = []
         self._textarea: tuple[_OpenForm | None, str] | None = None
         self._select: tuple[_OpenForm | None, str, bool] | None = None  # (form, name, multiple)
-        self._options: list[tuple[str, bool]] = []
+        self._options: list[tuple[str, bool, str]] = []  # (value, selected, label)
         self._option: tuple[str | None, bool] | None = None
 
     def _form_of(self, attrs: dict[str, str]) -> _OpenForm | None:
@@ -205,17 +217,19 @@ class _Parser(HTMLParser):
     def _close_option(self) -> None:
         if self._option is not None:
             value, selected = self._option
-            self._options.append((value if value is not None else " ".join("".join(self._text).split()), selected))
+            label = " ".join("".join(self._text).split())
+            self._options.append((value if value is not None else label, selected, label))
             self._option = None
 
     def _close_select(self) -> None:
         assert self._select is not None
         form, name, multiple = self._select
-        chosen = [v for v, selected in self._options if selected]
+        chosen = [v for v, selected, _ in self._options if selected]
         if not multiple:  # a single select sends its last selected option, or its first one
-            chosen = chosen[-1:] or [v for v, _ in self._options[:1]]
+            chosen = chosen[-1:] or [v for v, _, _ in self._options[:1]]
         if form is not None:
             form.fields.extend(Field(name, v, "select") for v in chosen)
+            form.selects.append(Select(name, tuple((v, label) for v, _, label in self._options)))
         self._select, self._in, self._text = None, None, []
 
     def render_widget(self) -> None:

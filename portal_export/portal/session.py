@@ -6,6 +6,7 @@ it served, and the token must be posted at once: it lives two minutes and verifi
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -18,11 +19,13 @@ import requests
 from requests import Session
 
 from .. import ratelimit
-from ..breaker import KeyBreaker
 from ..captchaai import OnPoll, OnSubmit
 from ..errors import LoginRefused, PermanentError, TokenRefused, TransientError
 from .answers import read_answer
+from .form_fill import fill
 from .page import Page, Widget, parse_page
+from .record_checks import checked
+from .shape import Login, PortalShape, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +62,6 @@ class Delivery(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Login:
-    """The portal login; the password never shows in a repr, a log line or an error."""
-
-    username: str
-    password: str
-    path: str = "/login"
-    breaker: KeyBreaker | None = None  # a refused login trips it: nothing hammers the login after
-
-    def __repr__(self) -> str:
-        return f"Login(username={self.username!r}, path={self.path!r})"
-
-
-@dataclass(frozen=True)
 class Post:
     """The request that carries the token: the page's form, or the simple post without one."""
 
@@ -79,8 +69,10 @@ class Post:
     url: str
     fields: tuple[tuple[str, str], ...]  # in order, the token's field included with an empty value
     hidden: frozenset[str]
-    added: frozenset[str]  # fields the form lacked: day, region, the token
+    added: frozenset[str]  # fields the form lacked: day, region (or export_fields'), the token
     from_form: bool
+    set: frozenset[str] = frozenset()  # fields [portal] export_fields set
+    problems: tuple[str, ...] = ()  # why the post cannot work (PORTAL_FIELD_VALUE), said before a solve
 
     def data(self, token: str) -> Fields:
         return [(n, token if n == TOKEN_FIELD else v) for n, v in self.fields]
@@ -165,29 +157,35 @@ def log_in(session: Session, base_url: str, login: Login, timeout: float) -> Non
     log.info("logged in to %s as %s", base_url, login.username)
 
 
-def _post_for(page: Page, base_url: str, day: str, region: str) -> Post:
-    form = page.form
-    if form is None:  # no form around the widget: the portal's simple post
-        fields = (("day", day), ("region", region), (TOKEN_FIELD, ""))
-        return Post("POST", f"{base_url}/export", fields, frozenset(), frozenset(n for n, _ in fields), False)
+def _post_for(page: Page, portal: PortalShape, day: datetime.date, region: str) -> Post:
+    form, named = page.form, portal.field_values(day, region)
+    if form is None:  # no form around the widget: the portal's simple post, or the fields export_fields names
+        fields = (*(named or [("day", day.isoformat()), ("region", region)]), (TOKEN_FIELD, ""))
+        added = frozenset(n for n, _ in fields)
+        return Post("POST", f"{portal.base_url}/export", fields, frozenset(), added, False, frozenset(dict(named)))
     fields_list = [(f.name, f.value) for f in form.fields if f.name != TOKEN_FIELD]
-    names = {n for n, _ in fields_list}
-    added = [n for n in ("day", "region") if n not in names]
-    fields_list += [(n, day if n == "day" else region) for n in added] + [(TOKEN_FIELD, "")]
     hidden = frozenset(f.name for f in form.fields if f.hidden)
-    return Post(form.method, form.action, tuple(fields_list), hidden, frozenset([*added, TOKEN_FIELD]), True)
+    if named:  # the form as the page gave it, the named fields set
+        filled = fill(fields_list, form.selects, named)
+        fields = (*filled.fields, (TOKEN_FIELD, ""))
+        added = filled.added | {TOKEN_FIELD}
+        return Post(form.method, form.action, fields, hidden, added, True, frozenset(dict(named)), filled.problems)
+    names = {n for n, _ in fields_list}
+    added_names = [n for n in ("day", "region") if n not in names]
+    fields_list += [(n, day.isoformat() if n == "day" else region) for n in added_names] + [(TOKEN_FIELD, "")]
+    return Post(form.method, form.action, tuple(fields_list), hidden, frozenset([*added_names, TOKEN_FIELD]), True)
 
 
 def prepare(
-    session: Session, base_url: str, day: str, region: str, *, http_timeout_s: float = 30.0, login: Login | None = None
+    session: Session, portal: PortalShape | str, day: str, region: str, *, http_timeout_s: float = 30.0
 ) -> Prepared:
     """Log in where asked, load the export page (or the frame of the portal holding the widget)."""
-    base_url = base_url.rstrip("/")
+    portal = shape_of(portal)
+    base_url, date = portal.base_url, datetime.date.fromisoformat(day)
     what = f"day {day} region {region}"
-    if login is not None:
-        log_in(session, base_url, login, http_timeout_s)
-    params = {"day": day, "region": region}
-    resp = http(session, "GET", f"{base_url}/export", f"export page of {what}", http_timeout_s, params=params)
+    if portal.login is not None:
+        log_in(session, base_url, portal.login, http_timeout_s)
+    resp = http(session, "GET", portal.page_url(date, region), f"export page of {what}", http_timeout_s)
     if resp.status_code >= 400:
         raise PermanentError(f"PORTAL_HTTP_{resp.status_code}", f"export page of {what} at {resp.url}")
     page = holder = parse_page(resp.text, resp.url)
@@ -204,32 +202,34 @@ def prepare(
                 holder, frame = candidate, framed.url
                 break
     widget = holder.widget
-    post = _post_for(holder, base_url, day, region) if widget is not None else None
+    post = _post_for(holder, portal, date, region) if widget is not None else None
     return Prepared(page, holder.url, widget, post, frame)
 
 
 def export_once(
     day: str,
     region: str,
-    base_url: str,
+    portal: PortalShape | str,
     solver: Solver,
     *,
     sink: Sink,
     http_timeout_s: float = 30.0,
     session: Session | None = None,
-    login: Login | None = None,
     on_task: OnSubmit | None = None,
     on_poll: OnPoll | None = None,
     on_repost: Callable[[str], object] | None = None,
 ) -> Delivery:
     """Load the export page, solve its reCAPTCHA, post its form; the records go to `sink` as the
-    answer arrives, never held whole. `on_repost(code)` hears of a post sent again after a gateway error."""
-    what = f"day {day} region {region}"
+    answer arrives, never held whole, each checked against `record_checks` first. `on_repost(code)` hears
+    of a post sent again after a gateway error."""
+    what, portal = f"day {day} region {region}", shape_of(portal)
     with nullcontext(session) if session else Session() as s:
-        ready = prepare(s, base_url, day, region, http_timeout_s=http_timeout_s, login=login)
+        ready = prepare(s, portal, day, region, http_timeout_s=http_timeout_s)
         if ready.widget is None or ready.post is None:
             raise PermanentError("NO_SITEKEY", f"no reCAPTCHA sitekey on the export page of {what} at {ready.page.url}")
         post = ready.post
+        if post.problems:  # no solve is paid for a post that cannot work
+            raise PermanentError("PORTAL_FIELD_VALUE", f"{what}: {'; '.join(post.problems)} ([portal] export_fields)")
         token, task_id, seconds = solver.solve(
             {**ready.widget.solve_params(), "pageurl": ready.pageurl}, on_submit=on_task, on_poll=on_poll
         )
@@ -254,4 +254,7 @@ def export_once(
                 if not reposted:  # after a gateway error our own first post may have spent it: not CaptchaAI's fault
                     solver.report_bad(task_id)
                 raise TokenRefused(f"PORTAL_HTTP_{resp.status_code}", f"token of task {task_id} refused for {what}")
-            return Delivery(sink(read_answer(resp, f"the form post of {what}")), task_id, seconds)
+            lines = read_answer(resp, f"the form post of {what}")
+            if wanted := portal.wanted(datetime.date.fromisoformat(day), region):
+                lines = checked(lines, wanted, f"the form post of {what}")
+            return Delivery(sink(lines), task_id, seconds)

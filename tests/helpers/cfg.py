@@ -11,6 +11,17 @@ FAST_CLIENT = {
 }
 
 
+# The sandbox's daily-report portal (SandboxConfig(shape="daily-report")) described by [portal] keys alone:
+# each region one of its market codes.
+MARKET = {"north": "NE-01", "south": "SE-02", "east": "SW-03", "west": "NW-04"}
+DAILY_REPORT = {
+    "export_page": "/reports/daily",
+    "export_fields": "report_date={day:DD.MM.YYYY}, market={region}",
+    "region_values": ", ".join(f"{region}={code}" for region, code in MARKET.items()),
+    "record_checks": "date={day:DD.MM.YYYY}, market={region}",
+}
+
+
 def polls(solve_s):
     """The client's poll schedule for solves of about `solve_s` seconds (at the test's time), in
     CaptchaAI's proportions (first poll at 15 s, then every 5 s, for solves of about 20 s): a poll or

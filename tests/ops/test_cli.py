@@ -153,3 +153,16 @@ def test_a_heal_after_hours_that_cannot_work_is_refused_in_one_line(hours, monke
     luigi_cfg("portal", "heal_after_hours", hours)
     assert main(["export", "2026-09-01"]) == 2
     assert capsys.readouterr().err == f"error: [portal] heal_after_hours = {float(hours)}: give 0 or more hours\n"
+
+
+def test_only_the_config_files_interpolation_errors_are_said_as_configuration_mistakes():
+    import configparser
+
+    from tasks import config
+
+    try:
+        raise ValueError("a parameter") from configparser.InterpolationSyntaxError("record_checks", "portal", "bad %")
+    except ValueError as err:
+        said = config.unreadable(err)
+    assert str(said).startswith("[portal] record_checks: bad % (a config file reads % as interpolation")
+    assert config.unreadable(ValueError("int('many')")) is None

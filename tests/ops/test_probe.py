@@ -10,7 +10,9 @@ from werkzeug.wrappers import Response
 
 from ops.cli import main
 from sandbox import SANDBOX_PASSWORD, SANDBOX_USER, VARIANTS, sitekey_for
+from sandbox.daily_report import default_day
 from tests import ROOT  # noqa: E402
+from tests.helpers.cfg import DAILY_REPORT
 
 DAY = "2026-09-01"
 
@@ -95,6 +97,58 @@ def test_probe_without_a_form_says_the_simple_post_would_be_made_and_exits_non_z
     assert code != 0 and err.startswith("error: no <form> around the widget")
     assert f"form:         POST {loose_widget_portal}/export (no <form> around the widget)" in out
     assert f"day={DAY} (added), region=north (added), g-recaptcha-response=<token>" in field_line(out)
+
+
+@pytest.fixture
+def daily_report(live):
+    live.configure(shape="daily-report")
+    return live
+
+
+def test_probe_shows_each_field_a_shaped_portal_would_get_and_the_checks(daily_report, fast_cfg, capsys):
+    fast_cfg({"portal": DAILY_REPORT})
+    code, out, err = probe(capsys, "--region", "west")
+    assert code == 0, err
+    assert (
+        f"export page:  /reports/daily (region value 'NW-04')\npage:         {daily_report.portal_url}/reports/daily\n"
+        in out
+    )
+    assert f"form:         POST {daily_report.portal_url}/reports/daily\n" in out  # no action: the page's URL
+    assert field_line(out) == (
+        "fields:       _token=***, report_date=01.09.2026 (set), market=NW-04 (set), g-recaptcha-response=<token>"
+    )
+    assert "export_fields: fits the form\nrecord checks: date=01.09.2026, market=NW-04\n" in out
+    assert err == "" and daily_report.stats()["requests"].get("in.php", 0) == 0
+
+
+def test_probe_sets_a_select_by_its_label_to_its_value(daily_report, fast_cfg, capsys):
+    fast_cfg({"portal": {**DAILY_REPORT, "region_values": "west=North-West"}})
+    code, out, err = probe(capsys, "--region", "west")
+    assert code == 0, err
+    assert "market=NW-04 (set)" in field_line(out)
+
+
+def test_probe_refuses_a_value_the_select_lacks_listing_what_it_offers(daily_report, fast_cfg, capsys):
+    fast_cfg({"portal": {**DAILY_REPORT, "region_values": "west=WE-04"}})
+    code, out, err = probe(capsys, "--region", "west")
+    assert code == 1
+    assert "export_fields: does not fit the form (1 value(s) no <select> offers, below)" in out
+    assert err == (
+        "error: field 'market' is a <select> without the value 'WE-04'; it offers 'NE-01' (North-East), "
+        "'SE-02' (South-East), 'SW-03' (South-West), 'NW-04' (North-West), 'CE-05' (Central): "
+        "an export would fail with PORTAL_FIELD_VALUE before its solve\n"
+    )
+
+
+def test_probe_warns_of_a_field_the_form_lacks_and_shows_the_one_left_as_the_page_gave_it(
+    daily_report, fast_cfg, capsys
+):
+    fast_cfg({"portal": {**DAILY_REPORT, "export_fields": "report_dat={day:DD.MM.YYYY}, market={region}"}})
+    code, out, err = probe(capsys, "--region", "north")
+    assert code == 0
+    assert f"report_date={default_day():%d.%m.%Y}, market=NE-01 (set), report_dat=01.09.2026 (added)" in out
+    assert "export_fields: fits the form; adds report_dat, which it lacks" in out
+    assert err.startswith("warning: the form has no field 'report_dat': export_fields adds it")
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,18 @@ def test_a_code_shared_by_many_regions_is_grouped_and_every_day_is_named():
     assert max(len(line) for line in s.body.splitlines() if line.startswith("  20")) <= 66  # phone-wide day lists
 
 
+def test_a_portal_that_does_not_fit_its_shape_is_told_to_fix_the_keys_before_the_rerun():
+    codes = {"north": "PORTAL_RECORDS_MISMATCH", "south": "PORTAL_FIELD_VALUE", "east": "HTTP_503"}
+    s = summarize(facts(days=D[:1], command="export", missing=[MissingDay(D[0], codes)], rerun="make export DAY=x"))
+    steps = s.body.split("What to do next:\n")[1]
+    assert steps.startswith(
+        "- The portal's form or answer does not fit [portal] (PORTAL_FIELD_VALUE, PORTAL_RECORDS_MISMATCH): "
+        "fix export_fields, region_values or record_checks as the message says (`make probe` shows the form)\n"
+        "- Then rerun: make export DAY=x"
+    )
+    assert "does not fit" not in summarize(facts(missing=[MissingDay(D[0], {"east": "HTTP_503"})])).body
+
+
 def test_warnings_on_a_complete_run_make_it_a_warning():
     s = summarize(facts(days=D[:1], command="export", slow_days={D[0]: 71.25}, busy_plan=(5, 5)))
     assert s.subject == "export 2026-06-01: complete, 2 warnings" and s.kind == "warning"

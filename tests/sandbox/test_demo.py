@@ -33,6 +33,34 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
         assert len((data / f"portal_records_{day}.jsonl").read_text().splitlines()) == health["rows"] > 0
 
 
+@pytest.mark.unmeasured
+def test_the_shaped_demo_exports_the_days_exactly_from_a_portal_of_its_own_shape(tmp_path):
+    from sandbox import REGIONS
+    from sandbox.portal_data import report_records
+    from tests.helpers.cfg import MARKET
+
+    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
+    run = subprocess.run(
+        [sys.executable, "-m", "sandbox.demo", "--shape", "daily-report"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "demo: 3 days exported through RangeDaily --of DayExport (exit 0):" in run.stdout
+    assert (
+        "demo: its daily-report portal, described by [portal] keys alone:\n  export_page = /reports/daily\n"
+        in run.stdout
+    )
+    data = tmp_path / "var" / "demo" / "data"
+    for day in ("2026-09-01", "2026-09-02", "2026-09-03"):
+        expected = [json.dumps(r, ensure_ascii=False) for g in REGIONS for r in report_records(day, MARKET[g])]
+        assert (data / f"portal_records_{day}.jsonl").read_text().splitlines() == expected
+
+
 @pytest.mark.long
 @pytest.mark.unmeasured
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):

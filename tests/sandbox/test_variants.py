@@ -129,3 +129,27 @@ def test_login_needs_its_csrf_field_and_the_right_password(make_sb):
 def test_unknown_variant_names_are_refused():
     with pytest.raises(ValueError, match="unknown variant"):
         SandboxConfig(variants={"north": {"captcha-v3"}})
+
+
+def test_the_daily_report_portal_checks_its_token_and_market_and_answers_its_default_day(make_sb):
+    from sandbox.daily_report import MARKETS, default_day
+    from sandbox.portal_data import report_records
+
+    sb = make_sb(shape="daily-report")
+    assert requests.get(f"{sb.portal_url}/export", params={"day": DAY, "region": "north"}, timeout=5).status_code == 404
+    s = requests.Session()
+    url = f"{sb.portal_url}/reports/daily"
+    page = s.get(url, timeout=5)
+    assert [code for code, _ in MARKETS] == re.findall(r'<option value="([^"]+)"', page.text)
+    token = hidden(page, "_token")
+    base = {"report_date": "01.03.2024", "market": "SE-02"}
+    assert s.post(url, data={**base, "market": "XX-99", "_token": token}, timeout=5).json() == {"error": "bad-market"}
+    assert s.post(url, data={**base, "report_date": "2024-03-01", "_token": token}, timeout=5).json() == {
+        "error": "bad-date"
+    }
+    refused = s.post(url, data={**base, "g-recaptcha-response": token_for(sb, url, "daily-report")}, timeout=5)
+    assert refused.json() == {"error": "bad-field-_token"}  # the hidden field must come back
+    answer = s.post(
+        url, data={"_token": token, "market": "SE-02", "g-recaptcha-response": token_for(sb, url, "daily-report")}
+    )
+    assert answer.json() == {"records": report_records(default_day(), "SE-02")}  # no date posted: the page's own
