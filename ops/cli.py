@@ -85,8 +85,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     # days_back and task_limit widened to cover exactly [START, STOP); a day more keeps START past midnight UTC
     back = (utc_today() - start).days + 2
     limit = args.task_limit or len(days)
+    # param_name given: Luigi's default of None is no string, and every run would warn so (parameter.py)
     range_task = RangeDaily(
-        of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
+        of=DayExport,
+        start=start,
+        stop=stop,
+        days_back=back,
+        task_limit=limit,
+        reverse=args.newest_first,
+        param_name="date",
     )
     with run_alert.RunAlert(args, days) as run:  # its exit code is non-zero when a day is missing
         return run.finish(run_luigi(args, [range_task], days, lambda: heal(days), run))
