@@ -6,6 +6,10 @@ leaves one region unsolvable, so the demo shows a day passing validation with it
 goes to var/demo/, never to the operator's data/. `--store s3` (`make demo STORE=s3`) runs the same
 three days into a bucket of a real S3-compatible store (SeaweedFS) that it starts and stops, its
 data under var/demo-s3/.
+
+The run goes through a luigid of the demo's own, started and stopped here, whatever SCHEDULER and
+LUIGI_SCHEDULER_URL say: a demo on a deployment's host never joins its luigid, where the sandbox's
+key would take slots of the production key's cap and fill its visualiser and counters.
 """
 
 import argparse
@@ -21,9 +25,11 @@ from portal_export.store import LocalStore, Store, read_json
 from sandbox import SANDBOX_KEY, Sandbox, SandboxConfig, sitekey_for
 from tasks.s3store import ObjectClient, S3Store
 
+from .luigid import ForegroundLuigid
 from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 DEMO_BUCKET = "portal-demo"
+DEMO_CAP = 4  # the sandbox's BASIC plan: 5 threads, one spare
 
 DAYS = ("2026-09-01", "2026-09-04")  # [start, stop): three days
 # The sandbox's clock against real time: a tenth, or what DEMO_TIME_SCALE says (the tests run it faster).
@@ -93,6 +99,18 @@ def data_dir(root: Path, kind: str) -> Iterator[tuple[str, str, dict[str, str], 
         weed.stop()
 
 
+@contextlib.contextmanager
+def own_luigid(root: Path, where: str) -> Iterator[ForegroundLuigid]:
+    """A luigid of the demo's own on a free loopback port, its cap the demo's, its /metrics reading the demo's
+    data dir; stopped at the end."""
+    os.environ["PORTAL_DATA_DIR"] = where  # what its config is written from (ops/luigid.py)
+    server = ForegroundLuigid(root / "luigid", resources={"captchaai": DEMO_CAP}, history=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
     parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the data dir is")
@@ -109,11 +127,22 @@ def main(argv: list[str] | None = None) -> int:
         solve_sigma=0.35,
         unsolvable_sitekeys=frozenset({sitekey_for("east")}),
     )
-    with Sandbox(cfg) as sb, data_dir(root, args.store) as (where, store_cfg, store_env, store):
+    with (
+        Sandbox(cfg) as sb,
+        data_dir(root, args.store) as (where, store_cfg, store_env, store),
+        own_luigid(root, where) as luigid,
+    ):
         (root / "demo.cfg").write_text(demo_cfg(scale) + store_cfg)
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
+        print(
+            f"demo: luigid of its own at {luigid.url} while it runs (visualiser: {luigid.url}/static/visualiser/"
+            "index.html); never the luigid of LUIGI_SCHEDULER_URL",
+            flush=True,
+        )
         env = {
             **os.environ,
+            "SCHEDULER": "central",
+            "LUIGI_SCHEDULER_URL": luigid.url,
             "CAPTCHAAI_API_KEY": SANDBOX_KEY,
             "CAPTCHAAI_API_BASE": sb.captchaai_url,
             "PORTAL_BASE_URL": sb.portal_url,
@@ -135,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     print(
         f"demo: {totals['rows']} rows, {totals['solves']} solves, {totals['unsolvable']} unsolvable regions; "
-        f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap 4), "
+        f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap {DEMO_CAP}), "
         f"{stats['key_in_query']} requests with the key in a URL"
     )
     print(f"demo: outputs in {where}/ (portal_records_*.jsonl, *.health.json); Luigi's log in {root / 'luigi.log'}")
