@@ -111,6 +111,7 @@ def test_the_cron_line_exports_yesterday_utc_on_a_fresh_clone_and_writes_its_log
     assert f"backfill {yesterday}..{today}" in log
     assert log.rstrip().endswith(f"backfill {yesterday}: complete"), log[-2000:]
     assert SANDBOX_KEY not in log
+    assert "Warning" not in log, log  # no Python warning in a night's log (Luigi's param_name)
 
     pruned = run_cron_line(checkout, env_file, account, job="prune")  # the weekly job, into the same log
     assert (pruned.returncode, pruned.stdout, pruned.stderr) == (0, "", ""), pruned
