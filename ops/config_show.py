@@ -3,6 +3,7 @@ prints it: where the value came from (`default`, `file:PATH`, `env:NAME`, `unset
 the project's sections and `[resources] captchaai`, then the environment's settings; secrets masked. A configuration
 mistake is said after the listing (tasks/config_check.py), exit 2."""
 
+import configparser
 import os
 from collections.abc import Callable, Iterator
 
@@ -26,15 +27,14 @@ MASKED = "********"  # the same whatever the secret: not even its length shows
 
 
 def from_files(section: str, name: str, where: dict[tuple[str, str], str]) -> tuple[str, str] | None:
-    """(origin, value) of a key the layered files set (dashed or not), or None."""
-    for key in (name, name.replace("_", "-")):
-        if (section, key) in where:
-            try:
-                value = luigi.configuration.get_config().get(section, key)
-            except Exception:  # an interpolation that fails: the check below says so
-                value = "?"
-            return f"file:{config_check.shown_path(where[section, key])}", str(value)
-    return None
+    """(origin, value) of a key the layered files set, or None."""
+    if (section, name) not in where:
+        return None
+    try:
+        value = str(luigi.configuration.get_config().get(section, name))
+    except configparser.Error:  # an interpolation that fails: the check after the listing says so
+        value = "?"
+    return f"file:{config_check.shown_path(where[section, name])}", value
 
 
 def section_lines(where: dict[tuple[str, str], str]) -> Iterator[tuple[str, str, str]]:
