@@ -153,6 +153,10 @@ probe: $(VENV)/.installed ## print what an export would solve and post, solving 
 plan: $(VENV)/.installed ## compare the CaptchaAI plan's threads with the cap and workers
 	$(RUN) plan
 
+.PHONY: config
+config: $(VENV)/.installed ## the effective configuration, each value with where it came from (default, luigi.cfg, LUIGI_CONFIG_PATH, env); exit 2 on a mistake
+	$(PY) -m ops config
+
 .PHONY: alert-test
 alert-test: $(VENV)/.installed ## send a test alert through every configured channel ([email]/[smtp], ALERT_WEBHOOK_URL)
 	$(RUN) alert-test

@@ -17,14 +17,16 @@ from luigi.tools.range import RangeDaily
 from portal_export import redo, store_keys
 from portal_export.breaker import KeyBreaker
 from portal_export.errors import ExportError
-from tasks import config, targets
+from tasks import config, config_check, targets
 from tasks.day import DayExport
 from tasks.secrets import say, scrub
 
-from . import UsageError, alert_channels, luigid, probe, retention_run, run_alert, stopping
+from . import UsageError, alert_channels, config_show, luigid, probe, retention_run, run_alert, stopping
 from .run import check_args, choose_scheduler, heal, plan_check, run_luigi, scheduler_url
 
 USAGE_ERROR = 2
+# Commands that read no configuration of the project's: a mistake in it does not stop them
+UNCHECKED = ("config", "scheduler-stop")
 INTERRUPTED = 130  # what a shell reports for a command that Ctrl-C ended (128 + SIGINT)
 TERMINATED = 143  # and for one that SIGTERM ended (128 + SIGTERM)
 
@@ -83,8 +85,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     # days_back and task_limit widened to cover exactly [START, STOP); a day more keeps START past midnight UTC
     back = (utc_today() - start).days + 2
     limit = args.task_limit or len(days)
+    # param_name given: Luigi's default of None is no string, and every run would warn so (parameter.py)
     range_task = RangeDaily(
-        of=DayExport, start=start, stop=stop, days_back=back, task_limit=limit, reverse=args.newest_first
+        of=DayExport,
+        start=start,
+        stop=stop,
+        days_back=back,
+        task_limit=limit,
+        reverse=args.newest_first,
+        param_name="date",
     )
     with run_alert.RunAlert(args, days) as run:  # its exit code is non-zero when a day is missing
         return run.finish(run_luigi(args, [range_task], days, lambda: heal(days), run))
@@ -190,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", default="9464", help="the port (make metrics-server METRICS_PORT=...); 0: any free one")
     p.add_argument("--bind", default=luigid.LOOPBACK, help="the address (METRICS_BIND=...); loopback by default")
     p.set_defaults(func=cmd_metrics_server)
+    p = sub.add_parser("config", help="the effective configuration, each value with where it came from; secrets masked")
+    p.set_defaults(func=lambda args: config_show.cmd_config(show))
     return parser
 
 
@@ -197,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     runs = args.func in (cmd_export, cmd_backfill, cmd_retry_unsolvable)
     try:
+        if args.command not in UNCHECKED:
+            config_check.check()  # before anything reads a key: a typo is refused, not run as if absent
         with stopping.handled(runs):  # SIGTERM ends a run as Ctrl-C does, promptly (ops/stopping.py)
             return int(args.func(args))
     except (UsageError, config.ConfigError, ExportError) as err:

@@ -20,7 +20,6 @@ from portal_export import redo
 from portal_export.errors import ExportError
 from portal_export.governor import plan_verdict
 from tasks import config, targets
-from tasks.portal_shape import portal_shape
 from tasks.region import check_login, make_solver
 from tasks.secrets import say
 
@@ -73,7 +72,6 @@ def check_args(args: argparse.Namespace) -> None:
     """The arguments and configuration, refused in one line before any request."""
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"WORKERS={args.workers}: give at least 1")
-    portal_shape(with_login=False)  # [portal] regions and the portal's shape: templates parsed once, here
     config.api_key()
     retention_run.keep_s()  # said now, not at the run's end
     heal_after_s()

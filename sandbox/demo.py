@@ -8,6 +8,10 @@ three days into a bucket of a real S3-compatible store (SeaweedFS) that it start
 data under var/demo-s3/. `--shape daily-report` (`make demo SHAPE=daily-report`) exports them from
 the sandbox's portal of its own shape instead (sandbox/daily_report.py), described by `[portal]` keys
 alone, which it prints.
+
+The run goes through a luigid of the demo's own, started and stopped here, whatever SCHEDULER and
+LUIGI_SCHEDULER_URL say: a demo on a deployment's host never joins its luigid, where the sandbox's
+key would take slots of the production key's cap and fill its visualiser and counters.
 """
 
 import argparse
@@ -24,9 +28,11 @@ from sandbox import SANDBOX_KEY, SHAPES, Sandbox, SandboxConfig, sitekey_for
 from tasks.s3store import ObjectClient, S3Store
 
 from .daily_report import PORTAL_KEYS
+from .luigid import ForegroundLuigid
 from .seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 DEMO_BUCKET = "portal-demo"
+DEMO_CAP = 4  # the sandbox's BASIC plan: 5 threads, one spare
 
 DAYS = ("2026-09-01", "2026-09-04")  # [start, stop): three days
 # The sandbox's clock against real time: a tenth, or what DEMO_TIME_SCALE says (the tests run it faster).
@@ -96,6 +102,18 @@ def data_dir(root: Path, kind: str) -> Iterator[tuple[str, str, dict[str, str], 
         weed.stop()
 
 
+@contextlib.contextmanager
+def own_luigid(root: Path, where: str) -> Iterator[ForegroundLuigid]:
+    """A luigid of the demo's own on a free loopback port, its cap the demo's, its /metrics reading the demo's
+    data dir; stopped at the end."""
+    os.environ["PORTAL_DATA_DIR"] = where  # what its config is written from (ops/luigid.py)
+    server = ForegroundLuigid(root / "luigid", resources={"captchaai": DEMO_CAP}, history=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__)
     parser.add_argument("--store", choices=("local", "s3"), default="local", help="where the data dir is")
@@ -115,15 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         unsolvable_sitekeys=frozenset({sitekey_for("east")}),  # one sitekey for the shaped portal's site: none
         shape=args.shape,
     )
-    with Sandbox(cfg) as sb, data_dir(root, args.store) as (where, store_cfg, store_env, store):
+    with (
+        Sandbox(cfg) as sb,
+        data_dir(root, args.store) as (where, store_cfg, store_env, store),
+        own_luigid(root, where) as luigid,
+    ):
         # demo_cfg ends in its [portal] section, which the shape's keys join
         (root / "demo.cfg").write_text(demo_cfg(scale) + (PORTAL_KEYS if shaped else "") + store_cfg)
         print(f"demo: sandbox CaptchaAI at {sb.captchaai_url}, portal at {sb.portal_url}", flush=True)
         if shaped:
             keys = PORTAL_KEYS.strip().replace("\n", "\n  ")
             print(f"demo: its {args.shape} portal, described by [portal] keys alone:\n  {keys}", flush=True)
+        print(
+            f"demo: luigid of its own at {luigid.url} while it runs (visualiser: {luigid.url}/static/visualiser/"
+            "index.html); never the luigid of LUIGI_SCHEDULER_URL",
+            flush=True,
+        )
         env = {
             **os.environ,
+            "SCHEDULER": "central",
+            "LUIGI_SCHEDULER_URL": luigid.url,
             "CAPTCHAAI_API_KEY": SANDBOX_KEY,
             "CAPTCHAAI_API_BASE": sb.captchaai_url,
             "PORTAL_BASE_URL": sb.portal_url,
@@ -145,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     print(
         f"demo: {totals['rows']} rows, {totals['solves']} solves, {totals['unsolvable']} unsolvable regions; "
-        f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap 4), "
+        f"peak {stats['threads']['peak']} CaptchaAI threads in use (cap {DEMO_CAP}), "
         f"{stats['key_in_query']} requests with the key in a URL"
     )
     print(f"demo: outputs in {where}/ (portal_records_*.jsonl, *.health.json); Luigi's log in {root / 'luigi.log'}")

@@ -53,9 +53,22 @@ def long_first(items, workers):
     return ordered + rest
 
 
+@pytest.fixture(scope="session")
+def refusing_url():
+    """A loopback URL at which nothing can answer: its port bound here and never listened on, so a
+    connection is refused and no server (a test's luigid, anyone's) can take the port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    """Each test writes into its own data dir and sees only the environment it sets."""
+def isolated(tmp_path, monkeypatch, refusing_url):
+    """Each test writes into its own data dir and sees only the environment it sets. A run it starts
+    with SCHEDULER unset (auto) finds no central scheduler and runs locally: it never joins the luigid of
+    LUIGI_SCHEDULER_URL's default, port 8082, which may be a deployment's on this host."""
     for name in (
         "CAPTCHAAI_API_KEY",
         "CAPTCHAAI_API_BASE",
@@ -79,6 +92,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("PORTAL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("LUIGI_SCHEDULER_URL", refusing_url)  # a test's own luigid sets its URL (central.env)
     luigi.task.Register.clear_instance_cache()
     yield
     luigi.task.Register.clear_instance_cache()

@@ -184,14 +184,36 @@ def service_environment(env_file: Path, account: Account) -> dict[str, str]:
     return {**base, **load_env_file(env_file)}
 
 
-def exec_start(name: str, checkout: Path, env_file: Path, account: Account) -> tuple[list[str], dict[str, str], Path]:
-    """A unit's ExecStart as systemd runs it: (argv as the unit's user, environment, working dir).
-    ${NAME} takes the environment's value as one word, as systemd substitutes it."""
+def exec_start(
+    name: str, checkout: Path, env_file: Path, account: Account, key: str = "ExecStart"
+) -> tuple[list[str], dict[str, str], Path]:
+    """A unit's ExecStart (or the last of another Exec key) as systemd runs it: (argv as the unit's user,
+    environment, working dir). ${NAME} takes the environment's value as one word, as systemd substitutes it."""
+    return exec_lines(name, checkout, env_file, account, key)[-1]
+
+
+def exec_lines(
+    name: str, checkout: Path, env_file: Path, account: Account, key: str
+) -> list[tuple[list[str], dict[str, str], Path]]:
+    """Every line of a unit's Exec key (ExecStartPre may repeat), each as exec_start gives it."""
     env = service_environment(env_file, account)
-    line = installed(service_value(name, "ExecStart"), checkout, env_file, account)
-    argv = [re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), word) for word in shlex.split(line)]
     workdir = Path(installed(service_value(name, "WorkingDirectory"), checkout, env_file, account))
-    return account.command(argv), env, workdir
+    out = []
+    for line in unit(name)["Service"].get(key, []):
+        words = shlex.split(installed(line, checkout, env_file, account))
+        argv = [re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), word) for word in words]
+        out.append((account.command(argv), env, workdir))
+    return out
+
+
+def exec_start_pre(name: str, checkout: Path, env_file: Path, account: Account) -> subprocess.CompletedProcess | None:
+    """A unit's ExecStartPre lines run in order, as systemd runs them before ExecStart: the first that
+    fails (systemd then starts nothing), or None when all succeed."""
+    for argv, env, workdir in exec_lines(name, checkout, env_file, account, "ExecStartPre"):
+        done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            return done
+    return None
 
 
 class Service:
@@ -201,6 +223,8 @@ class Service:
     def __init__(self, name: str, checkout: Path, env_file: Path, account: Account, log: Path) -> None:
         import subprocess as sp
 
+        refused = exec_start_pre(name, checkout, env_file, account)
+        assert refused is None, refused  # a test of the refusal runs exec_start_pre itself
         argv, self.env, workdir = exec_start(name, checkout, env_file, account)
         self.log = log
         with open(log, "w") as out:

@@ -28,7 +28,8 @@ def shared_env(sb, central, data_url):
     assert data_url.startswith("s3://") and env["AWS_ENDPOINT_URL_S3"], "the hosts share a bucket, no directory"
     return {
         **env,
-        **(central.env if central else {}),  # SCHEDULER=central, LUIGI_SCHEDULER_URL
+        # SCHEDULER=central and LUIGI_SCHEDULER_URL; without, local: never a luigid of 8082 the test did not start
+        **(central.env if central else {"SCHEDULER": "local"}),
         "CAPTCHAAI_API_KEY": SANDBOX_KEY,
         "CAPTCHAAI_API_BASE": sb.captchaai_url,
         "PORTAL_BASE_URL": sb.portal_url,

@@ -60,6 +60,7 @@ def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, c
 
     assert run.code == 0, run.err[-3000:]
     assert f"backfill {days[0]}..{days[-1]}: all 60 days complete" in run.err
+    assert "Warning" not in run.err, run.err  # a normal run's log holds no Python warning (Luigi's param_name)
     assert exported_days(data_dir) == set(days)  # every day of the range, and none outside it
     for day in days:
         assert all(p.exists() for p in day_files(data_dir, day)), day

@@ -21,6 +21,8 @@ from tests.helpers.deploy_files import (
     Service,
     account,
     clone,
+    exec_lines,
+    exec_start,
     server_dir,
     unit,
     write_env_file,
@@ -53,7 +55,13 @@ def test_each_service_runs_in_the_foreground_as_the_account_and_is_confined(name
     assert service["Type"] == ["simple"] and service["User"] == [ACCOUNT] and service["Group"] == [ACCOUNT]
     assert service["EnvironmentFile"] == [ENV_FILE] and service["WorkingDirectory"] == [CHECKOUT]
     assert service["ExecStart"][0].split()[0].startswith(CHECKOUT + "/")  # the venv's program, no activate
-    for key, value in [("NoNewPrivileges", "true"), ("ProtectSystem", "strict"), ("PrivateTmp", "true")]:
+    # UMask: the modes deploy/with-env gives cron's jobs (umask 077)
+    for key, value in [
+        ("NoNewPrivileges", "true"),
+        ("ProtectSystem", "strict"),
+        ("PrivateTmp", "true"),
+        ("UMask", "0077"),
+    ]:
         assert service[key] == [value], key
     if name != "portal-export-metrics.service":  # the metrics server only reads
         assert f"{CHECKOUT}/var" in " ".join(service["ReadWritePaths"])
@@ -85,6 +93,28 @@ def installation(server_dir, account):
     checkout = clone(server_dir / "portal-export", account)
     (server_dir / "etc").mkdir()
     return checkout
+
+
+@pytest.mark.parametrize("name", SERVICES)
+@pytest.mark.parametrize("mode", [0o644, 0o640], ids=["others", "group"])
+def test_each_service_refuses_an_env_file_others_may_read_before_it_starts(
+    name, mode, installation, server_dir, account
+):
+    """EnvironmentFile= reads any file: luigid's, the metrics server's and the prune's units check it
+    first (ExecStartPre, deploy/with-env), the nightly unit's ExecStart is deploy/with-env itself."""
+    env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir), account)
+    # what systemd runs first: the ExecStartPre lines, else ExecStart (read while the file is still 0600)
+    first = exec_lines(name, installation, env_file, account, "ExecStartPre") or [
+        exec_start(name, installation, env_file, account)
+    ]
+    argv, env, workdir = first[0]
+    assert argv[-3:-1] == [f"{installation}/deploy/with-env", str(env_file)], argv
+    env_file.chmod(mode)
+    refused = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+    assert refused is not None and refused.returncode == 2, refused
+    lines = (refused.stdout + refused.stderr).splitlines()
+    assert len(lines) == 1 and f"has mode {mode:o}" in lines[0] and "chmod 600" in lines[0], lines
+    assert not (installation / "var").exists() and not (installation / "data").exists()  # nothing ran
 
 
 def test_the_luigid_unit_answers_keeps_var_and_stops_on_sigterm(installation, server_dir, account):

@@ -11,14 +11,24 @@ import psutil
 import pytest
 
 from tests import ROOT
+from tests.helpers.runs import Luigid
 
 # The demos' sandbox at 3/100 of real time rather than a tenth: the same runs, in a third of the time.
 FAST = {"DEMO_TIME_SCALE": "0.03"}
 
 
+@pytest.fixture
+def production(tmp_path):
+    """A deployment's luigid on this host, which the demo's environment points at."""
+    server = Luigid(tmp_path / "production")
+    yield server
+    server.stop()
+
+
 @pytest.mark.unmeasured
-def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path):
+def test_the_demo_exports_three_days_with_one_region_counted_unsolvable_through_its_own_luigid(tmp_path, production):
     env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
+    env.update(SCHEDULER="auto", LUIGI_SCHEDULER_URL=production.url)  # as a deployment's env file would set them
     run = subprocess.run(
         [sys.executable, "-m", "sandbox.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -26,6 +36,10 @@ def test_the_demo_exports_three_days_with_one_region_counted_unsolvable(tmp_path
     assert run.returncode == 0, run.stdout + run.stderr
     assert "demo: 3 days exported through RangeDaily --of DayExport (exit 0):" in run.stdout
     assert "peak 4 CaptchaAI threads in use (cap 4), 0 requests with the key in a URL" in run.stdout
+    # the production luigid saw no worker and no task of the demo: no slot of its cap was taken
+    assert production.rpc("worker_list") == [] and production.rpc("task_list", status="", upstream_status="") == {}
+    own = re.search(r"^demo: scheduler: central at (http://127\.0\.0\.1:\d+) ", run.stdout, re.M)
+    assert own and own.group(1) != production.url, run.stdout
     data = tmp_path / "var" / "demo" / "data"
     for day in ("2026-09-01", "2026-09-02", "2026-09-03"):
         health = json.loads((data / f"portal_records_{day}.health.json").read_text())
