@@ -82,8 +82,10 @@ def unreadable(err: ValueError) -> ConfigError | None:
     """The one line for a value luigi.cfg's interpolation refuses (a `%` not written `%%`: a strftime date pattern in
     a [portal] template, say), which Luigi raises as a ValueError from the section's parameters; None for another."""
     cause = err.__cause__
-    if not isinstance(cause, configparser.InterpolationError):
-        return None
+    return interpolation_refused(cause) if isinstance(cause, configparser.InterpolationError) else None
+
+
+def interpolation_refused(cause: configparser.InterpolationError) -> ConfigError:
     why = " ".join(str(cause).split())
     return ConfigError(
         f"[{cause.section}] {cause.option}: {why} (a config file reads % as interpolation: write %% for one; "

@@ -94,7 +94,9 @@ def parsed(section: str, key: str, param: luigi.Parameter) -> object:
     cfg = luigi.configuration.get_config()
     try:
         raw = cfg.get(section, key)
-    except configparser.Error as err:  # a % that interpolation cannot read, ${VAR} of an unset variable
+    except configparser.InterpolationSyntaxError as err:  # a % that interpolation cannot read
+        raise config.interpolation_refused(err) from None
+    except configparser.Error as err:  # ${VAR} of an unset variable
         raise ConfigError(f"[{section}] {key}: {err.message.splitlines()[0]}") from None
     try:
         value = param.parse(raw)
