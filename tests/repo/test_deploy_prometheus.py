@@ -6,7 +6,6 @@ luigid's /metrics) are up. Only what an operator edits is replaced: the ports.""
 
 import shutil
 import subprocess
-import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -16,10 +15,10 @@ import yaml
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 from tests.helpers.deploy_files import DEPLOY
 from tests.helpers.programs import program
+from tests.live.test_prometheus import Prometheus
 from tests.ops.test_monitoring import RULES, serving
 
 pytestmark = pytest.mark.live
-WAIT_S = 60  # the shipped scrape and evaluation interval is 15 s: each target is first scraped within it
 
 
 def placed(root, port, metrics_port, luigid_port):
@@ -48,7 +47,9 @@ def unit_args(default_file):
     return []
 
 
-class DebianPrometheus:
+class DebianPrometheus(Prometheus):
+    """Prometheus as Debian's unit runs it; waits and stops as the live test's does."""
+
     def __init__(self, root, metrics_port, luigid_port):
         self.root, self.ports = root, (metrics_port, luigid_port)
         on_free_ports(self.start)
@@ -75,26 +76,6 @@ class DebianPrometheus:
         resp = requests.get(f"{self.url}/api/v1/{what}", timeout=5)
         resp.raise_for_status()
         return resp.json()["data"]
-
-    def wait(self, condition, what):
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if condition():
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        pytest.fail(f"prometheus: no {what} within {WAIT_S} s; log: {self.log.read_text()[-2000:]}")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.mark.long

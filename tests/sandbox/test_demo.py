@@ -17,6 +17,14 @@ from tests.helpers.runs import Luigid
 FAST = {"DEMO_TIME_SCALE": "0.03"}
 
 
+def demo(tmp_path, module, *argv, timeout=120, **env):
+    """`python -m MODULE ARGV` as `make demo` runs it, at the tests' time, its var/ under `tmp_path`."""
+    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var"), **env}
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.fixture
 def production(tmp_path):
     """A deployment's luigid on this host, which the demo's environment points at."""
@@ -27,11 +35,8 @@ def production(tmp_path):
 
 @pytest.mark.unmeasured
 def test_the_demo_exports_three_days_with_one_region_counted_unsolvable_through_its_own_luigid(tmp_path, production):
-    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
-    env.update(SCHEDULER="auto", LUIGI_SCHEDULER_URL=production.url)  # as a deployment's env file would set them
-    run = subprocess.run(
-        [sys.executable, "-m", "sandbox.demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    # as a deployment's env file would set them
+    run = demo(tmp_path, "sandbox.demo", SCHEDULER="auto", LUIGI_SCHEDULER_URL=production.url)
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "demo: 3 days exported through RangeDaily --of DayExport (exit 0):" in run.stdout
@@ -53,15 +58,7 @@ def test_the_shaped_demo_exports_the_days_exactly_from_a_portal_of_its_own_shape
     from sandbox.portal_data import report_records
     from tests.helpers.cfg import MARKET
 
-    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
-    run = subprocess.run(
-        [sys.executable, "-m", "sandbox.demo", "--shape", "daily-report"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = demo(tmp_path, "sandbox.demo", "--shape", "daily-report")
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "demo: 3 days exported through RangeDaily --of DayExport (exit 0):" in run.stdout
@@ -78,15 +75,7 @@ def test_the_shaped_demo_exports_the_days_exactly_from_a_portal_of_its_own_shape
 @pytest.mark.long
 @pytest.mark.unmeasured
 def test_the_s3_demo_exports_the_same_days_into_a_bucket_of_a_store_it_starts_and_stops(tmp_path):
-    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
-    run = subprocess.run(
-        [sys.executable, "-m", "sandbox.demo", "--store", "s3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = demo(tmp_path, "sandbox.demo", "--store", "s3")
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "demo: 3 days exported through RangeDaily --of DayExport (exit 0):" in run.stdout
@@ -108,10 +97,7 @@ def test_the_fleet_demo_kills_a_host_and_what_it_says_holds_in_the_bucket(tmp_pa
     from sandbox.demo_fleet import BUCKET, HOSTS, START, VICTIM
     from sandbox.seaweedfs import SeaweedFS
 
-    env = {**os.environ, **FAST, "PORTAL_VAR_DIR": str(tmp_path / "var")}
-    run = subprocess.run(
-        [sys.executable, "-m", "sandbox.demo_fleet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
-    )
+    run = demo(tmp_path, "sandbox.demo_fleet", timeout=240)
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     home = tmp_path / "var" / "demo-fleet"
