@@ -249,7 +249,7 @@ def cli(tmp_path):
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # Luigi ends its task processes too
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=scaled(10))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

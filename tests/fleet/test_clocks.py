@@ -30,6 +30,7 @@ from tests.helpers.fleet import (
     submits,
 )
 from tests.helpers.runs import wait_for
+from tests.helpers.speed import scaled
 
 SKEW_S = 300.0  # five minutes ahead, five behind
 
@@ -94,9 +95,9 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
     # until the dead host's regions are done again
     wait_for(every_heartbeat_seen, "every run's heartbeat")
 
-    runs = [host.wait(timeout=120) for host in survivors]
+    runs = [host.wait(timeout=scaled(120)) for host in survivors]
     seen = totals.stop()
-    assert doomed.wait(timeout=10).killed
+    assert doomed.wait(timeout=scaled(10)).killed
     assert [r.code for r in runs] == [0, 0], runs
     for run in runs:
         assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
@@ -176,7 +177,7 @@ def test_hosts_whose_clocks_disagree_by_minutes_keep_the_cap_and_alert_once(
     second = [hosts(f"{name}-2", failing, cfg, clock_s=offset) for name, offset in clocks.items()]
     for host in second:
         host.start("backfill", "2026-06-01", "2026-06-03")
-    failed = [host.wait(timeout=120) for host in second]
+    failed = [host.wait(timeout=scaled(120)) for host in second]
     assert all(r.code not in (0, 2) for r in failed), failed
     assert len(hook.raw) == 1 and len(smtp_server.raw) == 1, (hook.texts(), [r.err[-1500:] for r in failed])
     senders = [r for r in failed if "alert sent by webhook" in r.err]

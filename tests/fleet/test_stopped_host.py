@@ -14,6 +14,7 @@ from tests.fleet.test_cap import most_at_once
 from tests.helpers.cfg import cfg_text, polls
 from tests.helpers.fleet import CAP, DAYS, START, TIMINGS, Bucket, expected_lines, shared_env
 from tests.helpers.runs import wait_for
+from tests.helpers.speed import scaled
 
 SOLVE_S = 3.0  # long enough to outlast the stop, the hand-back and the other hosts' next pages
 STOP = "2026-05-04"  # three days, twelve regions
@@ -49,7 +50,7 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
     time.sleep(0.5)
     fleet["host-a"].kill()
 
-    runs = [fleet[name].wait(timeout=120) for name in ("host-b", "host-c")]
+    runs = [fleet[name].wait(timeout=scaled(120)) for name in ("host-b", "host-c")]
     assert [r.code for r in runs] == [0, 0], runs
     bucket = Bucket(seaweedfs, s3_data_dir)
     for day in DAYS[:3]:

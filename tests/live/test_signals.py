@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers.cfg import polls
 from tests.helpers.runs import Luigid
+from tests.helpers.speed import scaled
 
 STOP_WITHIN_S = 10
 DAYS = ("2026-06-01", "2026-06-11")  # ten days of one region: ten solves of a second each, four at a time
@@ -48,7 +49,7 @@ def start(cli, *argv, **env):
 
 def mid_run(cli, proc, live):
     """Wait until the run has finished a day and has solves in flight."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not (re.search(r"^day \S+ done", cli.output(proc)[1], re.M) and pending(live)):
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)
         time.sleep(0.05)

@@ -15,6 +15,7 @@ from portal_export.state import pid_alive
 from tasks.base import stops_quietly
 from tests import ROOT
 from tests.helpers.cfg import TEST_KEY, write_cfg
+from tests.helpers.speed import scaled
 
 
 class Kept(logging.Handler):
@@ -117,7 +118,7 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
         text=True,
     )
     ready = [tmp_path / f"ready-{n}" for n in range(tasks)]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not all(path.exists() and path.read_text() for path in ready):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
         time.sleep(0.05)

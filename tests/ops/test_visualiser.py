@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from sandbox import SANDBOX_KEY, FaultPlan, sitekey_for
+from tests.helpers.speed import scaled
 
 DAY = datetime.date(2026, 9, 1)
 RUNNING_MESSAGE = re.compile(r"^attempt (\d+): CaptchaAI task (\d+), (\d+) polls, (\d+) s$")
@@ -33,7 +34,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
     proc = cli.start("export", DAY, SCHEDULER="central")
 
     seen = {}  # task id -> [(message, progress), ...] while RUNNING
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while proc.poll() is None and time.monotonic() < deadline:
         for task_id, task in tasks_of(luigid, "RegionExport", "RUNNING").items():
             # Progress first: a finishing region sets its final message before its 100 %, so a
@@ -42,7 +43,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
             message = rpc(luigid, "get_task_status_message", task_id=task_id)["statusMessage"]
             seen.setdefault(task_id, []).append((task["params"]["region"], message, progress))
         time.sleep(0.1)
-    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=scaled(30)) == 0, cli.output(proc)[1][-3000:]
 
     assert len(seen) == 4
     served = {t["id"]: t for t in live.tasks()}

@@ -26,6 +26,7 @@ from tests.helpers.deploy_files import (
     write_env_file,
 )
 from tests.helpers.programs import program
+from tests.helpers.speed import scaled
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live
@@ -98,7 +99,7 @@ def test_the_luigid_unit_answers_keeps_var_and_stops_on_sigterm(installation, se
         log = installation / "var" / "log" / "luigid.log"
         assert wait_for(lambda: "404 GET /no-such-page" in log.read_text(), 5), log.read_text()
         again = Service("portal-export-luigid.service", installation, env_file, account, server_dir / "again.out")
-        assert again.proc.wait(timeout=30) == 1  # one luigid per port: a second start is refused
+        assert again.proc.wait(timeout=scaled(30)) == 1  # one luigid per port: a second start is refused
         assert again.log.read_text().startswith(f"error: a central scheduler is already running at {url}")
     finally:
         code, seconds = luigid.stop()
@@ -140,7 +141,7 @@ def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, accoun
     )
     env_file = write_env_file(server_dir / "etc" / "env", values, account)
     nightly = Service("portal-export-nightly.service", installation, env_file, account, server_dir / "nightly.out")
-    code = nightly.proc.wait(timeout=90)
+    code = nightly.proc.wait(timeout=scaled(90))
     out = nightly.log.read_text()
     yesterday = datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=1)
     assert code == 0, out[-3000:]
@@ -152,5 +153,5 @@ def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, accoun
 def test_the_prune_unit_prunes_the_data_dir(installation, server_dir, account):
     env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir), account)
     prune = Service("portal-export-prune.service", installation, env_file, account, server_dir / "prune.out")
-    assert prune.proc.wait(timeout=60) == 0, prune.log.read_text()
+    assert prune.proc.wait(timeout=scaled(60)) == 0, prune.log.read_text()
     assert prune.log.read_text().startswith("prune: removed nothing"), prune.log.read_text()

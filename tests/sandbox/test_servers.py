@@ -16,6 +16,7 @@ from sandbox.portal_data import region_of_sitekey
 SCALE = 0.01
 DAY = "2024-03-01"
 from tests import ROOT  # noqa: E402
+from tests.helpers.speed import scaled  # noqa: E402
 
 OTHER_KEY = "f" * 32  # well-formed, but no such account
 
@@ -666,7 +667,7 @@ def test_cli_serves_and_exits_cleanly_on_sigterm(tmp_path):
         wait_until(lambda: requests.post(f"{url}/res.php", data=get, timeout=5).text != "CAPCHA_NOT_READY")
         assert requests.post(f"{url}/res.php", data=get, timeout=5).text == "ERROR_CAPTCHA_UNSOLVABLE"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=5) == 0
+        assert proc.wait(timeout=scaled(5)) == 0
         assert proc.stderr.read() == ""  # nothing logged per request
     finally:
         if proc.poll() is None:
