@@ -194,6 +194,16 @@ def test_release_threads_ends_only_the_other_consumers_holds(make_sb):
     assert sb.occupy_threads(5, 3000) == 4
 
 
+def test_release_threads_ends_n_holds_and_leaves_the_others_working(make_sb):
+    sb = make_sb(threads=5)
+    assert sb.occupy_threads(4, 3000) == 4
+    assert sb.release_threads(n=1) == 1
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 3
+    assert sb.release_threads(n=2) == 2
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 1
+    assert sb.release_threads() == 1
+
+
 def test_no_plan_key_refuses_submits_with_free_threads(make_sb):
     sb = make_sb()
     assert call(sb, "res.php", key=NO_PLAN_KEY, action="threadsinfo") == {"threads": "5", "working_threads": 0}
