@@ -28,6 +28,7 @@ from portal_export.store import LocalStore
 from sandbox import NO_PLAN_KEY, REGIONS, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 from tests.helpers.runs import read_region
+from tests.helpers.speed import scaled
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account
 SHORT_KEY = "not-a-key"
@@ -70,7 +71,7 @@ def watch(predicate, action, timeout=20.0):
     """Run `action` once, from a thread, as soon as `predicate()` holds."""
 
     def loop():
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while time.monotonic() < deadline:
             if predicate():
                 action()
@@ -430,7 +431,9 @@ def test_a_poll_deadline_abandons_the_task_and_retries_with_a_fresh_one(live, no
 def test_a_refused_token_is_reported_bad_counted_and_retried(live, north_only, data_dir, caplog):
     north_only()
     # The first form post is held 0.6 s: its token (valid 0.2 s after the solve) has expired by then.
-    live.configure(token_validity_s=20, faults={"portal_post": FaultPlan(schedule={0: "slow"}, slow_s=60)})
+    # The second's must not have: both scaled, for a loaded machine's slower solve-to-post.
+    valid_s, held_s = scaled(20), scaled(60)
+    live.configure(token_validity_s=valid_s, faults={"portal_post": FaultPlan(schedule={0: "slow"}, slow_s=held_s)})
     d = day(25)
     export(d)
     north = facts(data_dir, d, "north")
@@ -448,18 +451,22 @@ def test_a_refused_token_is_reported_bad_counted_and_retried(live, north_only, d
 
 
 def test_retries_wait_growing_delays_with_jitter(live, north_only, data_dir, caplog):
-    north_only(portal={"retry_base_s": 0.1, "retry_jitter_s": 0.02})  # waits 0.1, 0.3, 0.7 s +- 0.02
+    # waits 0.1, 0.3, 0.7 s +- 0.02, scaled: a loaded machine's latency between them grows as well
+    base = scaled(0.1)
+    north_only(portal={"retry_base_s": base, "retry_jitter_s": 0.02})
     # 500s: a gateway's 502 on the post would be posted again with its token instead
     live.configure(faults=faults(portal_post={0: "server_error", 1: "server_error", 2: "server_error"}))
     d = day(26)
     export(d)
     north = facts(data_dir, d, "north")
     assert north["attempts"] == 4 and north["transient_errors"] == ["PORTAL_HTTP_500"] * 3
-    submits = [t["submit_t"] for t in served(live)]
-    gaps = [b - a for a, b in itertools.pairwise(submits)]  # solve + post + wait + page, per attempt
-    assert gaps[1] - gaps[0] > 0.1 and gaps[2] - gaps[1] > 0.25, gaps  # waits grow: +0.2 s, then +0.4 s
+    tasks = served(live)
+    # from the poll that found the solve ready to the next submit: post + wait + page, per attempt
+    gaps = [b["submit_t"] - a["last_poll_t"] for a, b in itertools.pairwise(tasks)]
+    assert gaps[1] - gaps[0] > base and gaps[2] - gaps[1] > 2.5 * base, gaps  # waits grow: +0.2 s, then +0.4 s
     # The region's idle_slot_seconds is the sum of the waits as drawn: 1.1 s moved by the jitter.
-    assert abs(north["idle_slot_seconds"] - 1.1) <= 0.06 and north["idle_slot_seconds"] != pytest.approx(1.1, abs=1e-9)
+    idle = north["idle_slot_seconds"]
+    assert abs(idle - 11 * base) <= 0.06 and idle != pytest.approx(11 * base, abs=1e-9)
 
 
 @pytest.mark.unmeasured
