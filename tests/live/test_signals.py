@@ -25,7 +25,9 @@ LATE_S = 0.5  # a request sent just before the signal may reach the sandbox this
 
 
 def solving(live, fast_cfg, solve_s):
-    fast_cfg({"portal": {"regions": "north"}, "captchaai": {**polls(solve_s), "timeout_s": 3 * solve_s}})
+    # the solves' deadline scaled: a rerun that a loaded machine starts late still finds the solves a
+    # stopped run left within it, and polls them rather than letting them go as past it
+    fast_cfg({"portal": {"regions": "north"}, "captchaai": {**polls(solve_s), "timeout_s": scaled(3 * solve_s)}})
     live.configure(solve_s=solve_s / live.config.time_scale)
     return live
 
