@@ -25,7 +25,7 @@ DAY = "2026-05-04"
 RUNS, AT_ONCE = 20, 5
 TIMINGS = {
     # timeout_s: a poll deadline in real time, past the paused clock of one_batch on a loaded machine
-    "captchaai": {"plan_every_s": 0.5, **polls(1.1), "timeout_s": 30},
+    "captchaai": {"plan_every_s": 0.5, **polls(1.1), "timeout_s": scaled(30)},
     "portal": {"regions": EIGHT_REGIONS, "retry_base_s": 0.05, "retry_jitter_s": 0.02},
 }
 
