@@ -18,10 +18,10 @@ from tests.helpers.cfg import polls
 from tests.helpers.runs import Luigid
 from tests.helpers.speed import scaled
 
-STOP_WITHIN_S = 10
+STOP_WITHIN_S = scaled(10)
 DAYS = ("2026-06-01", "2026-06-11")  # ten days of one region: ten solves of a second each, four at a time
 SOLVE_S = 1.0
-LATE_S = 0.5  # a request sent just before the signal may reach the sandbox this much later
+LATE_S = scaled(0.5)  # a request sent just before the signal may reach the sandbox this much later
 
 
 def solving(live, fast_cfg, solve_s):

@@ -139,4 +139,5 @@ def test_with_follow_plan_false_saturated_threads_are_refused_and_waited_out(liv
     north = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())["regions"]["north"]
     assert north["status"] == "ok" and (north["attempts"], north["transient_errors"]) == (1, [])
     assert north["busy_waits"] == 1 == live.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"]  # one wait, to the end
-    assert time.monotonic() - released < 10  # seen at its poll interval, not a plan period (30 s) per look
+    # seen at its poll interval, not a plan period (30 s) per look; scaled for a loaded machine, within that
+    assert time.monotonic() - released < min(scaled(10), 25)

@@ -129,15 +129,17 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     try:
-        _, err = proc.communicate(timeout=stopping.TASKS_END_WITHIN_S + 8)
+        _, err = proc.communicate(timeout=stopping.TASKS_END_WITHIN_S + scaled(8))
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail(f"still running {stopping.TASKS_END_WITHIN_S + 8:.0f} s after SIGTERM: {proc.communicate()[1]}")
+        pytest.fail(
+            f"still running {stopping.TASKS_END_WITHIN_S + scaled(8):.0f} s after SIGTERM: {proc.communicate()[1]}"
+        )
     took = time.monotonic() - sent
     assert proc.returncode == 143, err
     stopped = sorted(float((tmp_path / f"stopped-{n}").read_text()) for n in range(tasks))
     assert stopped[-1] - stopped[0] < 1.0, stopped  # one after another: TASKS_END_WITHIN_S apart at least
-    assert took < stopping.TASKS_END_WITHIN_S + 3, err
+    assert took < stopping.TASKS_END_WITHIN_S + scaled(3), err
     for pid in pids:
         assert f"task process {pid} (StuckUnwinding(" in err
         assert not pid_alive(pid)

@@ -30,7 +30,7 @@ def tasks_of(url, family, status):
 @pytest.mark.unmeasured
 def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg, cli):
     live.configure(solve_s=150)  # 1.5 s per solve, polled every 0.2 s: several polls in flight
-    fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
+    fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": scaled(5)}})
     proc = cli.start("export", DAY, SCHEDULER="central")
 
     seen = {}  # task id -> [(message, progress), ...] while RUNNING
@@ -54,7 +54,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
             attempt, captchaai_id, polls, seconds = map(int, match.groups())
             assert attempt == 1
             assert served[str(captchaai_id)]["googlekey"] == sitekey_for(region)  # the region's own task
-            assert 0 <= seconds <= 4 and 1 <= polls <= 20
+            assert 0 <= seconds <= scaled(4) and 1 <= polls <= scaled(20)  # a loaded machine polls late
             assert progress is None or 0 <= progress <= 80  # the share of the 5 s deadline gone; None before it is set
             mid_flight.append((region, polls, progress))
     assert {region for region, _, _ in mid_flight} == {"north", "south", "east", "west"}
