@@ -191,6 +191,15 @@ class Host:
         self.killed = True
         return doomed
 
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM to its init, as a service manager stops a host's run; SIGKILL to what still runs `grace_s` later."""
+        assert self.proc is not None
+        self.init().send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
     def stop(self) -> None:
         """Whatever still runs: SIGINT (Luigi ends its task processes), then the namespace's death;
         then its TMPDIR goes."""

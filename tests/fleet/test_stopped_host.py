@@ -4,8 +4,6 @@ regions to the other hosts at once, while CaptchaAI still works on the solves it
 until they end (the others poll them), and as the deployment's own: the cap in force never falls for them."""
 
 import json
-import signal
-import time
 
 import pytest
 
@@ -46,9 +44,7 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
         fleet[name].start("backfill", START, STOP)
     wait_for(lambda: sum(t["status"] == "pending" for t in sb.tasks()) == CAP, "the cap's solves in flight")
     left = in_flight_of(store, "host-a")
-    fleet["host-a"].init().send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    fleet["host-a"].kill()
+    fleet["host-a"].terminate(grace_s=0.5)
 
     runs = [fleet[name].wait(timeout=scaled(120)) for name in ("host-b", "host-c")]
     assert [r.code for r in runs] == [0, 0], runs
