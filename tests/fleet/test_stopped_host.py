@@ -40,11 +40,15 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
     store = S3Store(s3_data_dir)
     fleet["host-a"].start("backfill", START, STOP)
     wait_for(lambda: len(in_flight_of(store, "host-a")) == 2, "host A's two solves in flight", timeout=60)
+    # No solve ends until host A is gone: its two are still in flight at its stop however slowly a
+    # loaded machine starts the other hosts (on the sandbox's clock, not a solve long enough for it)
+    sb.pause_clock()
     for name in ("host-b", "host-c"):
         fleet[name].start("backfill", START, STOP)
     wait_for(lambda: sum(t["status"] == "pending" for t in sb.tasks()) == CAP, "the cap's solves in flight")
     left = in_flight_of(store, "host-a")
     fleet["host-a"].terminate(grace_s=0.5)
+    sb.resume_clock()
 
     runs = [fleet[name].wait(timeout=scaled(120)) for name in ("host-b", "host-c")]
     assert [r.code for r in runs] == [0, 0], runs
