@@ -31,6 +31,9 @@ VAR = Path(os.environ.get("PORTAL_VAR_DIR", "var")).resolve()
 PIDFILE = VAR / "luigid.pid"
 LOOPBACK = "127.0.0.1"
 LUIGID = Path(sys.executable).with_name("luigid")
+# `scheduler` waits for luigid to answer this long, or GONE_AFTER_S when its process has ended (or
+# never wrote its pid file): a loaded machine can take more than 10 s to start it
+START_WITHIN_S, GONE_AFTER_S = 60, 10
 # [s3] keys luigid's config does not get: credentials stay in the environment luigid inherits
 S3_CREDENTIALS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 Say = Callable[[str], None]
@@ -204,18 +207,21 @@ def start(url: str, say: Say, bind: str = LOOPBACK) -> int:
     cfg = luigid_config(VAR / "luigid.cfg")
     daemon = ["--background", "--pidfile", str(PIDFILE), "--logdir", str(VAR / "log")]
     subprocess.run([str(LUIGID), *daemon, *_where(bind, port)], cwd=VAR, env=environment(cfg), check=True)
-    for _ in range(100):
-        if answers(local):
-            if PIDFILE.exists():
-                PIDFILE.chmod(0o644)  # written under umask 0 too: nobody else may redirect `scheduler-stop`
-            say(
-                f"scheduler: luigid running at {local} (pid {running_pid()}); visualiser {local}; "
-                f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`"
-            )
-            return 0
+    begin = time.monotonic()
+    while not answers(local):
+        waited = time.monotonic() - begin
+        # a luigid gone is no use waiting for; one still starting on a loaded machine is
+        if waited > START_WITHIN_S or (waited > GONE_AFTER_S and running_pid() is None):
+            say(f"error: luigid did not answer at {local} within {waited:.0f} s; see {VAR / 'log'}")
+            return 1
         time.sleep(0.1)
-    say(f"error: luigid did not answer at {local} within 10 s; see {VAR / 'log'}")
-    return 1
+    if PIDFILE.exists():
+        PIDFILE.chmod(0o644)  # written under umask 0 too: nobody else may redirect `scheduler-stop`
+    say(
+        f"scheduler: luigid running at {local} (pid {running_pid()}); visualiser {local}; "
+        f"state and task history in {VAR / 'luigid'}; stop it with `make scheduler-stop`"
+    )
+    return 0
 
 
 def foreground(url: str, say: Say, bind: str = LOOPBACK) -> int:

@@ -94,9 +94,10 @@ class Sandbox:
         many it got (at most the free ones)."""
         return self._live.occupy_threads(n, seconds, key)
 
-    def release_threads(self, key: str = SANDBOX_KEY) -> int:
-        """Another consumer's threads on `key` (occupy_threads) free up now; returns how many."""
-        return self._live.release_threads(key)
+    def release_threads(self, key: str = SANDBOX_KEY, n: int | None = None) -> int:
+        """Another consumer's threads on `key` (occupy_threads) free up now, `n` of them (None: all),
+        those due to end first; returns how many."""
+        return self._live.release_threads(key, n)
 
     def occupy_at_next_submit(self, n: int, seconds: float, key: str = SANDBOX_KEY, after: int = 0) -> None:
         """Another consumer on `key` takes the last n free threads (for `seconds`, scaled) just as a

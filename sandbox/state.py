@@ -207,11 +207,12 @@ class SandboxState:
                 self._others.append(self._hold(now, now + self.scaled(seconds), key))
             return taken
 
-    def release_threads(self, key: str) -> int:
-        """Another consumer's tasks on `key` end now; returns how many threads that freed."""
+    def release_threads(self, key: str, n: int | None = None) -> int:
+        """Another consumer's tasks on `key` end now (`n` of them, those due first; None: all);
+        returns how many threads that freed."""
         with self.lock:
             now = self.now()
-            held = [h for h in self._others if h[2] == key and h[1] > now]
+            held = sorted((h for h in self._others if h[2] == key and h[1] > now), key=lambda h: h[1])[:n]
             for hold in held:
                 hold[1] = now
             self._others = [h for h in self._others if h[1] > now]

@@ -8,6 +8,7 @@ from tests import ROOT
 from tests.helpers.alert_servers import smtp_server, webhook  # noqa: F401 (fixtures for every room)
 from tests.helpers.cfg import FAST_CLIENT, FAST_SANDBOX, write_cfg
 from tests.helpers.runs import MEASURED, CliRun, Luigid
+from tests.helpers.speed import FACTOR, REFERENCE_S, SPEED_ENV, scaled
 
 # A test that uses one of these starts a live server or a process (the sandbox on loopback, luigid,
 # the CLI, SeaweedFS, hosts in namespaces): marked `live`, left out by `make test-fast`.
@@ -19,6 +20,21 @@ LIVE_MODULES += ("tests.repo.test_readme_nginx", "tests.ops.test_fork_safety")
 LIVE_MODULES += tuple(f"tests.ops.test_{name}" for name in ("backfill", "monitoring", "plan", "proxy", "scheduler"))
 LIVE_MODULES += ("tests.ops.test_state", "tests.ops.test_visualiser")
 LIVE_PARAMS = {"s3"}
+
+
+def pytest_report_header():
+    return f"speed factor: {FACTOR} ({SPEED_ENV}; 1: a loop in {REFERENCE_S} s, as on the idle development machine)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's limit (setup.cfg's, or a test's mark) scaled by the speed factor: a limit
+    measured on the development machine, which a slower or busier one needs more time to meet."""
+    if settings.timeout and FACTOR > 1:
+        import pytest_timeout
+
+        return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=settings.timeout * FACTOR))
+    return None
 
 
 def pytest_collection_modifyitems(items):
@@ -199,7 +215,8 @@ def luigid(tmp_path, monkeypatch):
 @pytest.fixture
 def cli(tmp_path):
     """cli(*argv, timeout=60, **env): run `python -m ops *argv` from the repository root with this
-    process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun.
+    process's environment (the `live` fixture's, say) and `env` on top; returns a CliRun. `timeout`
+    is seconds on the development machine, scaled by the speed factor (tests/helpers/speed.py).
 
     Output goes to files, not pipes: task processes log whole tracebacks in one write each, which a
     regular file keeps whole where a pipe may interleave writes above PIPE_BUF."""
@@ -237,7 +254,7 @@ def cli(tmp_path):
     def run(*argv, timeout=60, cwd=ROOT, **env):
         begin = time.monotonic()
         proc = start(*argv, cwd=cwd, **env)
-        code = proc.wait(timeout=timeout)
+        code = proc.wait(timeout=scaled(timeout))
         return CliRun(code, *output(proc), time.monotonic() - begin)
 
     run.start, run.output = start, output
@@ -246,7 +263,7 @@ def cli(tmp_path):
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # Luigi ends its task processes too
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=scaled(10))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

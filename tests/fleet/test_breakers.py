@@ -15,6 +15,7 @@ import pytest
 from sandbox import SANDBOX_USER
 from tests.helpers.cfg import FAST_CLIENT, cfg_text
 from tests.helpers.fleet import CAP, START, STOP, Bucket, shared_env
+from tests.helpers.speed import scaled
 
 BAN_AFTER = CAP + 1
 HOSTS = ("host-a", "host-b", "host-c")
@@ -62,7 +63,7 @@ def test_a_key_revoked_mid_backfill_stops_all_three_hosts_after_at_most_the_cap_
     revoker.start()
     for host in fleet_hosts:
         host.start("backfill", START, STOP)
-    runs = [host.wait(timeout=120) for host in fleet_hosts]
+    runs = [host.wait(timeout=scaled(120)) for host in fleet_hosts]
     revoker.join(timeout=5)
 
     stats = sb.stats()
@@ -84,7 +85,7 @@ def test_a_refused_password_stops_all_three_hosts_after_at_most_the_cap_of_refus
     )
     for host in fleet_hosts:  # at once: each host's check before its run races the others'
         host.start("backfill", START, STOP)
-    runs = [host.wait(timeout=120) for host in fleet_hosts]
+    runs = [host.wait(timeout=scaled(120)) for host in fleet_hosts]
 
     stats = sb.stats()
     assert 1 <= stats["logins"].get("refused-credentials", 0) <= CAP, stats  # over all three hosts

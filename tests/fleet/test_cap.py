@@ -26,6 +26,7 @@ from tests.helpers.fleet import (
     shared_env,
 )
 from tests.helpers.runs import wait_for
+from tests.helpers.speed import scaled
 
 
 def most_at_once(tasks):
@@ -76,8 +77,8 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
     assert ttl <= age <= ttl + 2.0, took[0].group(0)
     new_owner = took[0].group(1)
 
-    runs = [host.wait(timeout=180) for host in survivors]
-    assert fleet[owner].wait(timeout=10).killed
+    runs = [host.wait(timeout=scaled(180)) for host in survivors]
+    assert fleet[owner].wait(timeout=scaled(10)).killed
     assert [r.code for r in runs] == [0, 0], runs
     store = S3Store(s3_data_dir)
     bucket = Bucket(seaweedfs, s3_data_dir)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.cfg import FAST_CLIENT, cfg_text, polled
 from tests.helpers.fleet import DAYS, FAST_DEATH, START, STOP, expected_lines, region_of, shared_env, submits
+from tests.helpers.speed import scaled
 
 
 def host_processes(host):
@@ -46,7 +47,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3
 
     a.start("backfill", START, STOP)
     b.start("backfill", START, STOP)
-    runs = [a.wait(timeout=120), b.wait(timeout=120)]
+    runs = [a.wait(timeout=scaled(120)), b.wait(timeout=scaled(120))]
 
     assert [r.code for r in runs] == [0, 0], runs
     assert_every_day_exact(runs, bucket)
@@ -63,18 +64,18 @@ def test_killing_a_host_kills_its_whole_process_tree_at_once(sandbox, hosts, s3_
     sb = sandbox(solve_s=1000)  # 10 s per solve: the regions are mid-solve when the host dies
     env = {**shared_env(sb, None, s3_data_dir), "SCHEDULER": "local"}
     host = hosts("host-a", env, cfg_text({**FAST_CLIENT, "core": {"workers": 2}})).start("backfill", START, STOP)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while len(sb.tasks()) < 2:  # both task processes submitted a solve and poll it
         assert time.monotonic() < deadline and host.proc.poll() is None, host.output()[1][-2000:]
         time.sleep(0.05)
     assert host.init().pid in {p.pid for p in host_processes(host)}  # the look below finds the host's processes
     doomed = host.kill()
-    gone_by = time.monotonic() + 1
+    gone_by = time.monotonic() + scaled(1)
     assert len(doomed) >= 3  # the CLI's process and its two task processes
-    _, alive = psutil.wait_procs(doomed, timeout=1)
+    _, alive = psutil.wait_procs(doomed, timeout=scaled(1))
     assert not alive and time.monotonic() <= gone_by + 0.1
     assert host_processes(host) == []  # nobody of that host is left to poll, listed above or not
-    run = host.wait(timeout=10)
+    run = host.wait(timeout=scaled(10))
     assert run.killed and run.code != 0
     assert "running   RegionExport(" in run.err
 
@@ -102,7 +103,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
             if t["name"] == "RegionExport" and "host=host-a," in (t["worker_running"] or "")
         }
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:  # host-a has a solve in flight for a region luigid lists as running there
         if running_on_a() & set(submits(sb)):
             break
@@ -113,8 +114,8 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
     in_flight = held & set(submits(sb))  # frozen now: host-a is gone
     assert in_flight
 
-    runs = [b.wait(timeout=120), c.wait(timeout=120)]
-    assert a.wait(timeout=10).killed
+    runs = [b.wait(timeout=scaled(120)), c.wait(timeout=scaled(120))]
+    assert a.wait(timeout=scaled(10)).killed
     assert [r.code for r in runs] == [0, 0], runs
     assert_every_day_exact(runs, bucket)
 
@@ -145,7 +146,7 @@ def test_three_hosts_on_a_revoked_key_send_one_alert(sandbox, fleet_luigid, host
     fleet = [hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")]
     for host in fleet:
         host.start("backfill", START, "2026-05-04")
-    runs = [host.wait(timeout=120) for host in fleet]
+    runs = [host.wait(timeout=scaled(120)) for host in fleet]
 
     assert all(r.code not in (0, 2) for r in runs), runs  # a failed run, not a refused one
     assert len(smtp_server.raw) == 1, smtp_server.texts()

@@ -1,12 +1,17 @@
 """What a test configures: the key it uses, the fast sandbox and client, and the one writer of
 layered luigi.cfg files (a test's own process layers keys with the `luigi_cfg` fixture)."""
 
+from tests.helpers.speed import scaled
+
 TEST_KEY = "testkey0123456789abcdef012345678"  # 32 characters, as CaptchaAI's keys
 
 # The sandbox at a hundredth of real time and a client polling to match: a 5 s solve takes 50 ms.
-FAST_SANDBOX = dict(seed=3, time_scale=0.01, solve="fixed", solve_s=5.0)
+# What only bounds a wait is scaled by the speed factor (tests/helpers/speed.py): a token's life from
+# its solve to its post (1.2 s), a solve's deadline (3 s) and an HTTP answer's (2 s); a test that
+# means one to pass sets its own.
+FAST_SANDBOX = dict(seed=3, time_scale=0.01, solve="fixed", solve_s=5.0, token_validity_s=scaled(120.0))
 FAST_CLIENT = {
-    "captchaai": {"first_poll_s": 0.04, "poll_every_s": 0.02, "timeout_s": 3, "http_timeout_s": 2},
+    "captchaai": {"first_poll_s": 0.04, "poll_every_s": 0.02, "timeout_s": scaled(3), "http_timeout_s": scaled(2)},
     "portal": {"retry_base_s": 0.05, "retry_jitter_s": 0.02},
 }
 

@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sandbox import REGIONS, SANDBOX_KEY, expected_records
 from tests.helpers.cfg import FAST_CLIENT, polls
+from tests.helpers.speed import scaled
 
 START, STOP = "2026-05-01", "2026-05-07"  # the fleets' backfill
 DAYS = [f"2026-05-0{d}" for d in range(1, 7)]
@@ -15,7 +16,7 @@ CAP = 4  # luigi.cfg's [resources] captchaai, which luigid serves
 PLAN_EVERY_S = 0.5
 # 3 s solves polled in CaptchaAI's proportions; the plan re-read often
 TIMINGS = {
-    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, **polls(3.0), "timeout_s": 10},
+    "captchaai": {**FAST_CLIENT["captchaai"], "plan_every_s": PLAN_EVERY_S, **polls(3.0), "timeout_s": scaled(10)},
     "portal": FAST_CLIENT["portal"],
 }
 

@@ -5,13 +5,15 @@ import time
 from pathlib import Path
 
 from sandbox.luigid import ForegroundLuigid
+from tests.helpers.speed import scaled
 
 MEASURED = "COVERAGE_PROCESS_CONFIG"  # coverage.py measures a subprocess with this in its environment
 
 
 def wait_for(predicate, what, timeout=60, every=0.05):
-    """`predicate()`'s first true value, asked every `every` s; fails naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
+    """`predicate()`'s first true value, asked every `every` s; fails naming `what` after `timeout` s
+    on the development machine (tests/helpers/speed.py)."""
+    deadline = time.monotonic() + scaled(timeout)
     while not (found := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(every)

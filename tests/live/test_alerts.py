@@ -16,6 +16,7 @@ from sandbox import SANDBOX_KEY, SANDBOX_USER
 from sandbox.ports import free_port
 from tests.helpers.cfg import polls
 from tests.helpers.runs import CliRun, Luigid
+from tests.helpers.speed import scaled
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account: what a revoked key answers
 PASSWORD = "pw-Sup3rS3cret-portal"  # set, never used for a login here: it must be scrubbed all the same
@@ -136,7 +137,7 @@ def test_a_ctrl_c_mid_backfill_stops_the_run_and_alerts_no_one(channels, cli, da
     # its first "done" line late (10 days could end unseen between two looks, the Ctrl-C then too late)
     live.configure(solve_s=200.0)
     proc = cli.start("backfill", "2026-06-01", "2026-07-01")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not re.search(r"^day \S+ done: 1 of 30", cli.output(proc)[1], re.M):
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)
         time.sleep(0.05)
@@ -144,7 +145,7 @@ def test_a_ctrl_c_mid_backfill_stops_the_run_and_alerts_no_one(channels, cli, da
     # once, also when it lands while Luigi forks a task process, where Python drops it (ops/stopping.py)
     proc.send_signal(signal.SIGINT)
     try:
-        code = proc.wait(timeout=10)
+        code = proc.wait(timeout=scaled(10))
     except subprocess.TimeoutExpired:
         pytest.fail(f"the run still runs 10 s after Ctrl-C: {cli.output(proc)}")
     out, err = cli.output(proc)
@@ -190,7 +191,7 @@ def test_all_plan_threads_busy_at_the_start_sends_one_warning(channels, cli, liv
     while proc.poll() is None and "plan: 5 threads" not in cli.output(proc)[1]:
         time.sleep(0.05)
     live.resume_clock()
-    proc.wait(timeout=60)
+    proc.wait(timeout=scaled(60))
     run = CliRun(proc.returncode, *cli.output(proc), 0.0)
 
     assert run.code == 0, run
@@ -271,7 +272,7 @@ def test_a_dead_channel_changes_neither_exit_code_nor_files_and_says_so_in_one_l
         "webhook-hangs": ("webhook (ALERT_WEBHOOK_URL)", "no answer within 0.5 s"),
     }[dead]
     assert len(warnings) == 1 and channel in warnings[0] and error in warnings[0], warnings
-    assert run.seconds < reference.seconds + 5, (run.seconds, reference.seconds)
+    assert run.seconds < reference.seconds + scaled(5), (run.seconds, reference.seconds)
     live_channel = "webhook" if dead == "smtp-unreachable" else "e-mail"
     assert f"alert sent by {live_channel}" in run.err  # the other channel still works
     assert "Not able to connect to smtp server" not in run.err.replace(warnings[0], "")  # said once

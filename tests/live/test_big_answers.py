@@ -8,6 +8,7 @@ import json
 from bench.big import PeakRSS, expected_digest, file_digest
 from sandbox import REGIONS
 from sandbox.big_answers import BigAnswer
+from tests.helpers.speed import scaled
 
 DAY = datetime.date(2026, 9, 1)
 MB = 1024 * 1024
@@ -21,7 +22,7 @@ def test_megabytes_of_json_and_csv_stream_to_an_exact_day_and_no_process_grows(l
     live.configure(answer_bytes=SIZES, variants={"west": ("csv",)})
     proc = cli.start("--workers", "2", "export", DAY)
     with PeakRSS(proc.pid, every=0.02) as sampled:
-        code = proc.wait(timeout=120)
+        code = proc.wait(timeout=scaled(120))
     assert code == 0, cli.output(proc)[1][-3000:]
     big = {r: BigAnswer(DAY.isoformat(), r, size, as_csv=r == "west") for r, size in SIZES.items()}
     want, rows = expected_digest(DAY, REGIONS, live, big)

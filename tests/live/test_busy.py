@@ -18,13 +18,14 @@ import time
 import pytest
 
 from tests.helpers.cfg import polls
+from tests.helpers.speed import scaled
 
 EIGHT_REGIONS = "north,south,east,west,upper,lower,inner,outer"  # one day, eight regions at cap 4
 DAY = "2026-05-04"
 RUNS, AT_ONCE = 20, 5
 TIMINGS = {
     # timeout_s: a poll deadline in real time, past the paused clock of one_batch on a loaded machine
-    "captchaai": {"plan_every_s": 0.5, **polls(1.1), "timeout_s": 30},
+    "captchaai": {"plan_every_s": 0.5, **polls(1.1), "timeout_s": scaled(30)},
     "portal": {"regions": EIGHT_REGIONS, "retry_base_s": 0.05, "retry_jitter_s": 0.02},
 }
 
@@ -41,14 +42,14 @@ def one_batch(sandbox, cli, tmp_path, first):
         data = tmp_path / f"run-{n}"
         env = {"CAPTCHAAI_API_BASE": sb.captchaai_url, "PORTAL_BASE_URL": sb.portal_url, "PORTAL_DATA_DIR": str(data)}
         runs.append((n, sb, data, cli.start("export", DAY, **env)))
-    paused, deadline = {n for n, *_ in runs}, time.monotonic() + 60
+    paused, deadline = {n for n, *_ in runs}, time.monotonic() + scaled(60)
     while paused:
         for n, sb, _, proc in runs:
             if n in paused and (sb.ambushed() is not None or proc.poll() is not None or time.monotonic() > deadline):
                 sb.resume_clock()
                 paused.discard(n)
         time.sleep(0.01)
-    return [(n, sb, data, proc.wait(timeout=60), cli.output(proc)[1]) for n, sb, data, proc in runs]
+    return [(n, sb, data, proc.wait(timeout=scaled(60)), cli.output(proc)[1]) for n, sb, data, proc in runs]
 
 
 @pytest.mark.long

@@ -28,6 +28,7 @@ from portal_export.store import LocalStore
 from sandbox import NO_PLAN_KEY, REGIONS, SANDBOX_KEY, FaultPlan, sitekey_for
 from tasks import DayExport, RegionExport
 from tests.helpers.runs import read_region
+from tests.helpers.speed import scaled
 
 UNKNOWN_KEY = "f" * 32  # well-formed, no such account
 SHORT_KEY = "not-a-key"
@@ -70,7 +71,7 @@ def watch(predicate, action, timeout=20.0):
     """Run `action` once, from a thread, as soon as `predicate()` holds."""
 
     def loop():
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while time.monotonic() < deadline:
             if predicate():
                 action()
@@ -382,20 +383,18 @@ def test_busy_threads_are_waited_out_spending_no_attempt(live, north_only, data_
 
 def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
     """Refused; a thread frees and another consumer takes it before the resubmit; refused again. Threads
-    were working throughout, so the plan is active: busy and retried, never the breaker's "no plan"."""
+    were working throughout, so the plan is active: busy and retried, never the breaker's "no plan".
+    The threads free on our calls, not at times, which a loaded machine's latency would move."""
     breaker = KeyBreaker(LocalStore(data_dir), SANDBOX_KEY)
-    start = live.now()
-    assert live.occupy_threads(3, 10_000) == 3  # another consumer's tasks: three long ones,
-    assert live.occupy_threads(1, 10) == 1  # one ending 0.1 s from now
-    assert live.occupy_threads(1, 20) == 1  # and one 0.2 s from now
-    frees_at = [start + 0.1, start + 0.2]
+    assert live.occupy_threads(5, 10_000) == 5  # another consumer's tasks on every thread
+    refusals = []
 
     class BetweenOurCalls(requests.Session):
         def post(self, url, data=None, **kwargs):
             resp = super().post(url, data=data, **kwargs)
-            if url.endswith("/in.php") and "ERROR_ZERO_BALANCE" in resp.text and frees_at:
-                time.sleep(max(0.0, frees_at.pop(0) - live.now()) + 0.005)  # a thread frees ...
-            elif data.get("action") == "threadsinfo" and len(frees_at) == 1:
+            if url.endswith("/in.php") and "ERROR_ZERO_BALANCE" in resp.text and len(refusals) < 2:
+                refusals.append(live.release_threads(n=1))  # a thread frees ...
+            elif data.get("action") == "threadsinfo" and len(refusals) == 1:
                 assert live.occupy_threads(1, 10_000) == 1  # ... and is taken before we resubmit
             return resp
 
@@ -405,6 +404,7 @@ def test_a_contended_plan_is_busy_not_a_missing_plan(live, data_dir):
         client.submit(params)
     assert type(info.value) is BusyThreads and info.value.code == "ERROR_ZERO_BALANCE"
     assert "4 of 5 plan threads worked" in str(info.value)
+    assert refusals == [1, 1]
     assert live.stats()["codes"]["in.php"] == {"ERROR_ZERO_BALANCE": 2} and live.stats()["actions"]["threadsinfo"] == 2
     assert not Path(breaker.location).exists()
     assert client.submit(params) == live.tasks()[0]["id"]  # a thread is free now: the retry gets its task
@@ -431,7 +431,9 @@ def test_a_poll_deadline_abandons_the_task_and_retries_with_a_fresh_one(live, no
 def test_a_refused_token_is_reported_bad_counted_and_retried(live, north_only, data_dir, caplog):
     north_only()
     # The first form post is held 0.6 s: its token (valid 0.2 s after the solve) has expired by then.
-    live.configure(token_validity_s=20, faults={"portal_post": FaultPlan(schedule={0: "slow"}, slow_s=60)})
+    # The second's must not have: both scaled, for a loaded machine's slower solve-to-post.
+    valid_s, held_s = scaled(20), scaled(60)
+    live.configure(token_validity_s=valid_s, faults={"portal_post": FaultPlan(schedule={0: "slow"}, slow_s=held_s)})
     d = day(25)
     export(d)
     north = facts(data_dir, d, "north")
@@ -449,18 +451,22 @@ def test_a_refused_token_is_reported_bad_counted_and_retried(live, north_only, d
 
 
 def test_retries_wait_growing_delays_with_jitter(live, north_only, data_dir, caplog):
-    north_only(portal={"retry_base_s": 0.1, "retry_jitter_s": 0.02})  # waits 0.1, 0.3, 0.7 s +- 0.02
+    # waits 0.1, 0.3, 0.7 s +- 0.02, scaled: a loaded machine's latency between them grows as well
+    base = scaled(0.1)
+    north_only(portal={"retry_base_s": base, "retry_jitter_s": 0.02})
     # 500s: a gateway's 502 on the post would be posted again with its token instead
     live.configure(faults=faults(portal_post={0: "server_error", 1: "server_error", 2: "server_error"}))
     d = day(26)
     export(d)
     north = facts(data_dir, d, "north")
     assert north["attempts"] == 4 and north["transient_errors"] == ["PORTAL_HTTP_500"] * 3
-    submits = [t["submit_t"] for t in served(live)]
-    gaps = [b - a for a, b in itertools.pairwise(submits)]  # solve + post + wait + page, per attempt
-    assert gaps[1] - gaps[0] > 0.1 and gaps[2] - gaps[1] > 0.25, gaps  # waits grow: +0.2 s, then +0.4 s
+    tasks = served(live)
+    # from the poll that found the solve ready to the next submit: post + wait + page, per attempt
+    gaps = [b["submit_t"] - a["last_poll_t"] for a, b in itertools.pairwise(tasks)]
+    assert gaps[1] - gaps[0] > base and gaps[2] - gaps[1] > 2.5 * base, gaps  # waits grow: +0.2 s, then +0.4 s
     # The region's idle_slot_seconds is the sum of the waits as drawn: 1.1 s moved by the jitter.
-    assert abs(north["idle_slot_seconds"] - 1.1) <= 0.06 and north["idle_slot_seconds"] != pytest.approx(1.1, abs=1e-9)
+    idle = north["idle_slot_seconds"]
+    assert abs(idle - 11 * base) <= 0.06 and idle != pytest.approx(11 * base, abs=1e-9)
 
 
 @pytest.mark.unmeasured

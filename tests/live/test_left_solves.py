@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.cfg import polls
 from tests.helpers.fleet import FAST_DEATH
 from tests.helpers.runs import Luigid, wait_for
+from tests.helpers.speed import scaled
 
 CAP = 4
 SOLVE_S = 6.0
@@ -40,7 +41,7 @@ def test_a_runs_left_solves_keep_their_slots_from_a_run_that_waits(
     and submits only as they end: never more than the cap in flight at the service, every day exact. The solves are
     long enough (SOLVE_S) to outlast the second run's start, the stop and the first run's death."""
     solve_s = SOLVE_S
-    fast_cfg({"portal": {"regions": "north,south"}, "captchaai": {**polls(solve_s), "timeout_s": 3 * solve_s}})
+    fast_cfg({"portal": {"regions": "north,south"}, "captchaai": {**polls(solve_s), "timeout_s": scaled(3 * solve_s)}})
     live.configure(solve_s=solve_s / live.config.time_scale)
     central = Luigid(tmp_path / "luigid", extra={"scheduler": FAST_DEATH})
     try:
@@ -53,8 +54,8 @@ def test_a_runs_left_solves_keep_their_slots_from_a_run_that_waits(
             first.send_signal(signal.SIGTERM)
         else:
             os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=10)
-        code = second.wait(timeout=60)
+        first.wait(timeout=scaled(10))
+        code = second.wait(timeout=scaled(60))
     finally:
         central.stop()
     err = cli.output(second)[1]

@@ -20,6 +20,7 @@ from portal_export.caplog import CapLog
 from portal_export.store import LocalStore
 from tests.helpers.cfg import polls
 from tests.helpers.runs import wait_for
+from tests.helpers.speed import scaled
 
 BACKFILL = ("2026-03-01", "2026-03-09")  # 8 days x 4 regions
 DAYS = [f"2026-03-0{d}" for d in range(1, 9)]
@@ -63,7 +64,7 @@ def other_consumer(live, n, seconds=None):
     """Another consumer takes n threads as they free up (as a real one would) and holds all n together
     for `seconds` once it has them (None: until `live.release_threads()`): however slowly our solves
     free them on a loaded machine, the plan readings see all n held."""
-    taken, deadline = 0, time.monotonic() + 10
+    taken, deadline = 0, time.monotonic() + scaled(10)
     while taken < n and time.monotonic() < deadline:
         taken += live.occupy_threads(1, ((seconds or 0) + 60) * 100)  # the sandbox runs at a hundredth of real time
         if taken < n:
@@ -125,7 +126,7 @@ def test_another_consumer_mid_backfill_lowers_the_cap_and_no_day_is_lost(
             30,
             every=0.01,
         )
-    code = proc.wait(timeout=90)
+    code = proc.wait(timeout=scaled(90))
     watch.end()
     err = cli.output(proc)[1]
 
@@ -162,7 +163,7 @@ def test_a_plan_that_shrinks_and_grows_back_moves_the_cap_with_it(live, fast_cfg
         every=0.01,
     )
     live.configure(threads=5)
-    code = proc.wait(timeout=90)
+    code = proc.wait(timeout=scaled(90))
     watch.end()
     err = cli.output(proc)[1]
 
@@ -198,7 +199,7 @@ def test_two_runs_on_one_luigid_while_another_consumer_comes_and_goes(live, fast
         wait_for(
             lambda: watch.cap_changes()[-1]["cap"] == 4, f"episode {episode}: the cap went back up", 30, every=0.01
         )
-    codes = [first.wait(timeout=120), second.wait(timeout=120)]
+    codes = [first.wait(timeout=scaled(120)), second.wait(timeout=scaled(120))]
     watch.end()
     errs = [cli.output(p)[1] for p in (first, second)]
 
@@ -229,7 +230,7 @@ def test_no_usable_thread_makes_regions_wait_without_a_refused_submit_then_run(l
     seen_at_zero = time.time()  # the run was at cap 0 by now, and stays there until the threads free
     live.resume_clock()
     released = time.time() + left  # when the other consumer's threads free up
-    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=scaled(30)) == 0, cli.output(proc)[1][-3000:]
     err = cli.output(proc)[1]
     assert "another consumer holds all 5 plan threads" in err
     assert refused(live) == 0  # they waited in Luigi, not in a storm of refused submits

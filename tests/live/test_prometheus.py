@@ -19,6 +19,7 @@ from portal_export.metrics import midnight_utc
 from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 from tests.helpers.cfg import polls
 from tests.helpers.programs import program
+from tests.helpers.speed import scaled
 from tests.ops.test_monitoring import MONITORING, RULES, serving
 
 TASK_FAILED = 30  # luigi.cfg [retcode] task_failed
@@ -105,7 +106,7 @@ class Prometheus:
     def stop(self):
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -16,15 +16,18 @@ import pytest
 
 from tests.helpers.cfg import polls
 from tests.helpers.runs import Luigid
+from tests.helpers.speed import scaled
 
-STOP_WITHIN_S = 10
+STOP_WITHIN_S = scaled(10)
 DAYS = ("2026-06-01", "2026-06-11")  # ten days of one region: ten solves of a second each, four at a time
 SOLVE_S = 1.0
-LATE_S = 0.5  # a request sent just before the signal may reach the sandbox this much later
+LATE_S = scaled(0.5)  # a request sent just before the signal may reach the sandbox this much later
 
 
 def solving(live, fast_cfg, solve_s):
-    fast_cfg({"portal": {"regions": "north"}, "captchaai": {**polls(solve_s), "timeout_s": 3 * solve_s}})
+    # the solves' deadline scaled: a rerun that a loaded machine starts late still finds the solves a
+    # stopped run left within it, and polls them rather than letting them go as past it
+    fast_cfg({"portal": {"regions": "north"}, "captchaai": {**polls(solve_s), "timeout_s": scaled(3 * solve_s)}})
     live.configure(solve_s=solve_s / live.config.time_scale)
     return live
 
@@ -48,7 +51,7 @@ def start(cli, *argv, **env):
 
 def mid_run(cli, proc, live):
     """Wait until the run has finished a day and has solves in flight."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not (re.search(r"^day \S+ done", cli.output(proc)[1], re.M) and pending(live)):
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)
         time.sleep(0.05)

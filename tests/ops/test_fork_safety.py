@@ -16,6 +16,7 @@ import pytest
 from portal_export import forksafe
 from tests import ROOT
 from tests.helpers.cfg import write_cfg
+from tests.helpers.speed import scaled
 
 F_SETPIPE_SZ = 1031  # Linux: a pipe of one page fills between the test's reads
 FIONREAD = 0x541B  # Linux: the bytes waiting in a pipe
@@ -36,7 +37,7 @@ def child_writes(stream, read_fd):
                 pass
         stream.write("child\n")
         os._exit(0)
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + scaled(3)
     while time.monotonic() < deadline:
         if os.waitpid(pid, os.WNOHANG)[0]:
             return True
@@ -64,7 +65,7 @@ def test_a_fork_waits_for_a_threads_write_in_progress(guarded):
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     inside.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while pipe_bytes(read_fd) < 4096:  # the pipe is full: the writer is blocked in write(2), holding the stream's lock
         assert time.monotonic() < deadline, "the writer never filled the pipe"
         time.sleep(0.005)
@@ -136,7 +137,7 @@ def test_500_forks_while_the_progress_and_plan_threads_log_and_read_the_plan(san
     reader.start()
     try:
         out = proc.stdout.read()
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=scaled(120)) == 0
     finally:
         stop.set()
         if proc.poll() is None:

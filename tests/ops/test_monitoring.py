@@ -15,6 +15,7 @@ from portal_export import store_keys
 from portal_export.store import LocalStore, write_json
 from tests import ROOT  # noqa: E402
 from tests.helpers.programs import program
+from tests.helpers.speed import scaled
 from tests.portal_export.test_metrics import complete, health
 
 MONITORING = ROOT / "monitoring"
@@ -33,7 +34,7 @@ def day(n):
 def serving(cli, *argv, **env):
     """`python -m ops metrics-server --port 0 ...` started; (process, its /metrics URL)."""
     proc = cli.start("metrics-server", "--port", "0", *argv, **env)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while time.monotonic() < deadline:
         found = re.search(r"serving (http://\S+/metrics)", cli.output(proc)[1])
         if found:
@@ -94,7 +95,7 @@ def test_the_metrics_server_serves_every_contract_metric_promtool_checks_it_and_
     ]
 
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=scaled(10)) == 0
     assert "metrics: stopped" in cli.output(proc)[1]
 
 

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tests.helpers.speed import scaled
+
 DAY = datetime.date(2026, 9, 1)
 NORTH = {"portal": {"regions": "north"}}
 
@@ -81,14 +83,14 @@ def test_saturated_threads_are_named_in_the_log_and_the_run_completes_once_they_
     holder.start()
     try:
         proc = cli.start("export", DAY)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while "another consumer holds all 5 plan threads" not in cli.output(proc)[1]:
             assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
             time.sleep(0.05)
     finally:
         freed.set()
         holder.join()
-    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=scaled(30)) == 0, cli.output(proc)[1][-3000:]
 
     err = cli.output(proc)[1]
     assert "warning: plan: all 5 threads are busy now: another consumer is using this key" in err  # at start
@@ -118,7 +120,7 @@ def test_with_follow_plan_false_saturated_threads_are_refused_and_waited_out(liv
     )
     assert live.occupy_threads(5, 6000) == 5  # until released below, however slowly the run starts
     proc = cli.start("export", DAY)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not live.stats()["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE"):
         assert proc.poll() is None and time.monotonic() < deadline, cli.output(proc)[1][-3000:]
         time.sleep(0.01)
@@ -128,7 +130,7 @@ def test_with_follow_plan_false_saturated_threads_are_refused_and_waited_out(liv
         time.sleep(0.01)
     assert live.release_threads() == 5
     released = time.monotonic()
-    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=scaled(30)) == 0, cli.output(proc)[1][-3000:]
     err = cli.output(proc)[1]
     assert (
         "WARNING: portal_export.captchaai: CaptchaAI refused a submit with ERROR_ZERO_BALANCE: "
@@ -137,4 +139,5 @@ def test_with_follow_plan_false_saturated_threads_are_refused_and_waited_out(liv
     north = json.loads((data_dir / f"portal_records_{DAY}.health.json").read_text())["regions"]["north"]
     assert north["status"] == "ok" and (north["attempts"], north["transient_errors"]) == (1, [])
     assert north["busy_waits"] == 1 == live.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"]  # one wait, to the end
-    assert time.monotonic() - released < 10  # seen at its poll interval, not a plan period (30 s) per look
+    # seen at its poll interval, not a plan period (30 s) per look; scaled for a loaded machine, within that
+    assert time.monotonic() - released < min(scaled(10), 25)

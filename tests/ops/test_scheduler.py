@@ -26,6 +26,7 @@ from sandbox.ports import free_port
 from tests import ROOT
 from tests.helpers.cfg import polls
 from tests.helpers.programs import is_root, program
+from tests.helpers.speed import scaled
 
 DAY = datetime.date(2026, 9, 1)
 
@@ -149,7 +150,7 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast
     live.pause_clock()  # no solve ends until the cap is full, however slowly a loaded machine submits
     first = cli.start("backfill", "2026-09-01", "2026-09-05", SCHEDULER="central")
     second = cli.start("backfill", "2026-09-03", "2026-09-07", SCHEDULER="central")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while in_use(live) < 4 and time.monotonic() < deadline and None in (first.poll(), second.poll()):
         time.sleep(0.02)
 
@@ -166,7 +167,7 @@ def test_two_backfills_at_once_share_the_cap_of_one_central_scheduler(live, fast
     assert sum(t["name"] == "RegionExport" for t in running) == 4, sorted(t["display_name"] for t in running)
     live.resume_clock()
 
-    codes = [first.wait(timeout=60), second.wait(timeout=60)]
+    codes = [first.wait(timeout=scaled(60)), second.wait(timeout=scaled(60))]
 
     errs = [cli.output(p)[1] for p in (first, second)]
     stats = live.stats()
@@ -190,7 +191,7 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
     mine, other = tmp_path / "mine", tmp_path / "other"
     first = cli.start("export", DAY, PORTAL_DATA_DIR=str(mine))
     alongside = cli.start("export", DAY, PORTAL_DATA_DIR=str(other))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while "Running Worker" not in cli.output(first)[1]:  # past the lock, solving
         assert first.poll() is None and time.monotonic() < deadline, cli.output(first)[1][-2000:]
         time.sleep(0.05)
@@ -202,7 +203,7 @@ def test_the_same_command_is_locked_per_data_dir_not_per_machine(live, fast_cfg,
     assert "Luigi's lock in " in twin.err and "/luigi-locks/" in twin.err
     assert first.poll() is None  # the twin returned while the first run was still solving
     live.resume_clock()
-    assert [first.wait(timeout=30), alongside.wait(timeout=30)] == [0, 0]
+    assert [first.wait(timeout=scaled(30)), alongside.wait(timeout=scaled(30))] == [0, 0]
     assert (mine / f"portal_records_{DAY}.jsonl").exists() and (other / f"portal_records_{DAY}.jsonl").exists()
     assert len(live.tasks()) == 2  # one solve per data dir; the twin sent nothing
 

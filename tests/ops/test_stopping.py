@@ -15,6 +15,7 @@ from portal_export.state import pid_alive
 from tasks.base import stops_quietly
 from tests import ROOT
 from tests.helpers.cfg import TEST_KEY, write_cfg
+from tests.helpers.speed import scaled
 
 
 class Kept(logging.Handler):
@@ -117,7 +118,7 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
         text=True,
     )
     ready = [tmp_path / f"ready-{n}" for n in range(tasks)]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while not all(path.exists() and path.read_text() for path in ready):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
         time.sleep(0.05)
@@ -128,15 +129,17 @@ def test_a_run_stops_its_task_processes_at_once_and_kills_those_stuck_unwinding(
     proc.send_signal(signal.SIGTERM)
     sent = time.monotonic()
     try:
-        _, err = proc.communicate(timeout=stopping.TASKS_END_WITHIN_S + 8)
+        _, err = proc.communicate(timeout=stopping.TASKS_END_WITHIN_S + scaled(8))
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail(f"still running {stopping.TASKS_END_WITHIN_S + 8:.0f} s after SIGTERM: {proc.communicate()[1]}")
+        pytest.fail(
+            f"still running {stopping.TASKS_END_WITHIN_S + scaled(8):.0f} s after SIGTERM: {proc.communicate()[1]}"
+        )
     took = time.monotonic() - sent
     assert proc.returncode == 143, err
     stopped = sorted(float((tmp_path / f"stopped-{n}").read_text()) for n in range(tasks))
     assert stopped[-1] - stopped[0] < 1.0, stopped  # one after another: TASKS_END_WITHIN_S apart at least
-    assert took < stopping.TASKS_END_WITHIN_S + 3, err
+    assert took < stopping.TASKS_END_WITHIN_S + scaled(3), err
     for pid in pids:
         assert f"task process {pid} (StuckUnwinding(" in err
         assert not pid_alive(pid)

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from sandbox import SANDBOX_KEY, FaultPlan, sitekey_for
+from tests.helpers.speed import scaled
 
 DAY = datetime.date(2026, 9, 1)
 RUNNING_MESSAGE = re.compile(r"^attempt (\d+): CaptchaAI task (\d+), (\d+) polls, (\d+) s$")
@@ -29,11 +30,11 @@ def tasks_of(url, family, status):
 @pytest.mark.unmeasured
 def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_progress(live, luigid, fast_cfg, cli):
     live.configure(solve_s=150)  # 1.5 s per solve, polled every 0.2 s: several polls in flight
-    fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": 5}})
+    fast_cfg({"captchaai": {"first_poll_s": 0.2, "poll_every_s": 0.2, "timeout_s": scaled(5)}})
     proc = cli.start("export", DAY, SCHEDULER="central")
 
     seen = {}  # task id -> [(message, progress), ...] while RUNNING
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while proc.poll() is None and time.monotonic() < deadline:
         for task_id, task in tasks_of(luigid, "RegionExport", "RUNNING").items():
             # Progress first: a finishing region sets its final message before its 100 %, so a
@@ -42,7 +43,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
             message = rpc(luigid, "get_task_status_message", task_id=task_id)["statusMessage"]
             seen.setdefault(task_id, []).append((task["params"]["region"], message, progress))
         time.sleep(0.1)
-    assert proc.wait(timeout=30) == 0, cli.output(proc)[1][-3000:]
+    assert proc.wait(timeout=scaled(30)) == 0, cli.output(proc)[1][-3000:]
 
     assert len(seen) == 4
     served = {t["id"]: t for t in live.tasks()}
@@ -53,7 +54,7 @@ def test_a_running_region_shows_its_captchaai_task_polls_seconds_attempt_and_pro
             attempt, captchaai_id, polls, seconds = map(int, match.groups())
             assert attempt == 1
             assert served[str(captchaai_id)]["googlekey"] == sitekey_for(region)  # the region's own task
-            assert 0 <= seconds <= 4 and 1 <= polls <= 20
+            assert 0 <= seconds <= scaled(4) and 1 <= polls <= scaled(20)  # a loaded machine polls late
             assert progress is None or 0 <= progress <= 80  # the share of the 5 s deadline gone; None before it is set
             mid_flight.append((region, polls, progress))
     assert {region for region, _, _ in mid_flight} == {"north", "south", "east", "west"}

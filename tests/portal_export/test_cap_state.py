@@ -21,6 +21,7 @@ from portal_export.lease import Lease
 from portal_export.runs import Runs, current_run
 from portal_export.state import pid_alive, store_now, this_host, zombie
 from portal_export.store import LocalStore
+from tests.helpers.speed import scaled
 
 TTL = 10.0
 OTHER = "other-host-4242-0badc0de"  # a run on another host: its pid means nothing here
@@ -235,7 +236,7 @@ def test_the_gate_counts_other_hosts_solves(store):
     with gate.solving():  # the fourth of four
         waiter = threading.Thread(target=second)
         waiter.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while not (refused or entered.is_set()):  # its first look at the gate, whatever the verdict
             assert time.monotonic() < deadline, "the second solve never looked at the gate"
             time.sleep(0.01)
@@ -359,7 +360,7 @@ def test_a_run_takes_over_the_cap_of_an_owner_whose_host_died_and_says_whose(lui
         assert not steward._owner  # the owner's heartbeat is fresh
         store.aged[f"_state/runs/{owner}.json"] = steward.runs.ttl + 30  # its host died
         said = rf"cap: run (\S+) took over the cap \(.*\): run {owner} that set it stopped its heartbeat (\S+) s"
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while not (took := re.search(said, caplog.text)):  # said once the lease is taken
             assert time.monotonic() < deadline, f"the dead owner's cap was not taken over: {caplog.text}"
             time.sleep(0.02)
@@ -389,7 +390,7 @@ def test_an_owner_that_finds_a_newer_generation_steps_down_and_leaves_the_cap_to
         beat(aged(steward.store), heir, key=steward.key)
         claim = json.dumps({"run": heir, "t": time.time()}).encode()
         assert steward.store.create(f"_state/governor/{steward.key}/00000002.json", claim)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while steward._owner:
             assert time.monotonic() < deadline, "the owner did not step down"
             time.sleep(0.02)
@@ -409,7 +410,7 @@ def test_a_process_that_ended_unreaped_is_no_live_one():
     """A container's init may never reap a killed run's task processes: a zombie's solve is no solve in flight."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])  # not waited for: a zombie once it ends
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while not zombie(child.pid):
             assert time.monotonic() < deadline, "the child never ended"
             time.sleep(0.01)

@@ -21,6 +21,7 @@ from portal_export.runs import Runs, current_run
 from portal_export.state import this_host
 from portal_export.store import LocalStore
 from tests.helpers.runs import wait_for
+from tests.helpers.speed import scaled
 
 API = "https://ocr.test"
 KEY = "k3y-0123456789abcdef0123456789ab"
@@ -87,7 +88,7 @@ def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve
             assert gate.inflight.count() == 2
             waiter = threading.Thread(target=third)
             waiter.start()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + scaled(10)
             while not (refused or entered.is_set()):  # its first look at the gate, whatever the verdict
                 assert time.monotonic() < deadline, "the third solve never looked at the gate"
                 time.sleep(0.005)

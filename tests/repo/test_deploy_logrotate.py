@@ -5,7 +5,6 @@ import gzip
 import re
 import subprocess
 import threading
-import time
 
 import pytest
 import requests
@@ -23,6 +22,7 @@ from tests.helpers.deploy_files import (
     write_env_file,
 )
 from tests.helpers.programs import program
+from tests.helpers.speed import scaled
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live
@@ -89,22 +89,27 @@ def test_forced_rotations_lose_no_line_that_a_running_luigid_writes(tmp_path, se
 
     writer = threading.Thread(target=write_lines)
     try:
-        assert wait_for(lambda: answers(url), 30), luigid.log.read_text()
+        assert wait_for(lambda: answers(url), scaled(30)), luigid.log.read_text()
         writer.start()
         conf = logrotate_conf(tmp_path, checkout, account)
+
+        def lines_written(n):  # n more lines: each rotation comes mid-write, at any speed
+            target = len(sent) + n
+            assert wait_for(lambda: len(sent) >= target or not writer.is_alive(), scaled(30)), len(sent)
+
         for _ in range(3):
-            time.sleep(0.3)
+            lines_written(35)
             done = subprocess.run(
                 [logrotate, "-f", "-s", str(tmp_path / "state"), str(conf)], capture_output=True, text=True
             )
             assert done.returncode == 0, done.stderr
-        time.sleep(0.3)
+        lines_written(35)
     finally:
         stop.set()
         if writer.is_alive():
             writer.join()
         log_dir = checkout / "var" / "log"
-        wait_for(lambda: f"GET /line-{len(sent) - 1} " in "\n".join(rotated_lines(log_dir)), 5)
+        wait_for(lambda: f"GET /line-{len(sent) - 1} " in "\n".join(rotated_lines(log_dir)), scaled(5))
         luigid.stop()
     logged = [int(m[1]) for line in rotated_lines(log_dir) for m in [re.search(r"GET /line-(\d+) ", line)] if m]
     assert len(sent) > 100 and sorted(logged) == list(range(len(sent))), (len(sent), len(logged))

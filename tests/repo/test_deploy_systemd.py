@@ -28,6 +28,7 @@ from tests.helpers.deploy_files import (
     write_env_file,
 )
 from tests.helpers.programs import program
+from tests.helpers.speed import scaled
 
 __all__ = ["account", "server_dir"]  # fixtures
 pytestmark = pytest.mark.live
@@ -122,17 +123,17 @@ def test_the_luigid_unit_answers_keeps_var_and_stops_on_sigterm(installation, se
     env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir, LUIGI_SCHEDULER_URL=url), account)
     luigid = Service("portal-export-luigid.service", installation, env_file, account, server_dir / "luigid.out")
     try:
-        assert wait_for(lambda: answers(f"{url}/api/task_list"), 30), luigid.log.read_text()
+        assert wait_for(lambda: answers(f"{url}/api/task_list"), scaled(30)), luigid.log.read_text()
         assert os.stat(f"/proc/{luigid.proc.pid}").st_uid == account.uid
         assert requests.get(f"{url}/no-such-page", timeout=5).status_code == 404  # logged: a failed request
         log = installation / "var" / "log" / "luigid.log"
-        assert wait_for(lambda: "404 GET /no-such-page" in log.read_text(), 5), log.read_text()
+        assert wait_for(lambda: "404 GET /no-such-page" in log.read_text(), scaled(5)), log.read_text()
         again = Service("portal-export-luigid.service", installation, env_file, account, server_dir / "again.out")
-        assert again.proc.wait(timeout=30) == 1  # one luigid per port: a second start is refused
+        assert again.proc.wait(timeout=scaled(30)) == 1  # one luigid per port: a second start is refused
         assert again.log.read_text().startswith(f"error: a central scheduler is already running at {url}")
     finally:
         code, seconds = luigid.stop()
-    assert code == 0 and seconds < 10, (code, seconds, luigid.log.read_text())
+    assert code == 0 and seconds < scaled(10), (code, seconds, luigid.log.read_text())
     var = installation / "var"
     assert (var / "luigid" / "state.pickle").exists()  # saved on the way out, where make scheduler keeps it
     assert "Scheduler instance shutting down" in (var / "log" / "luigid.log").read_text()
@@ -151,12 +152,12 @@ def test_the_metrics_unit_serves_the_data_dir_and_stops_on_sigterm(installation,
     env_file = write_env_file(server_dir / "etc" / "env", values, account)
     metrics = Service("portal-export-metrics.service", installation, env_file, account, server_dir / "metrics.out")
     try:
-        assert wait_for(lambda: answers(f"http://127.0.0.1:{port}/metrics"), 30), metrics.log.read_text()
+        assert wait_for(lambda: answers(f"http://127.0.0.1:{port}/metrics"), scaled(30)), metrics.log.read_text()
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert "portal_export_days_missing 35.0" in text, text
     finally:
         code, seconds = metrics.stop()
-    assert code == 0 and seconds < 10, (code, seconds, metrics.log.read_text())
+    assert code == 0 and seconds < scaled(10), (code, seconds, metrics.log.read_text())
 
 
 def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, account, sandbox):
@@ -170,7 +171,7 @@ def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, accoun
     )
     env_file = write_env_file(server_dir / "etc" / "env", values, account)
     nightly = Service("portal-export-nightly.service", installation, env_file, account, server_dir / "nightly.out")
-    code = nightly.proc.wait(timeout=90)
+    code = nightly.proc.wait(timeout=scaled(90))
     out = nightly.log.read_text()
     yesterday = datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=1)
     assert code == 0, out[-3000:]
@@ -182,5 +183,5 @@ def test_the_nightly_unit_exports_yesterday_utc(installation, server_dir, accoun
 def test_the_prune_unit_prunes_the_data_dir(installation, server_dir, account):
     env_file = write_env_file(server_dir / "etc" / "env", env_values(server_dir), account)
     prune = Service("portal-export-prune.service", installation, env_file, account, server_dir / "prune.out")
-    assert prune.proc.wait(timeout=60) == 0, prune.log.read_text()
+    assert prune.proc.wait(timeout=scaled(60)) == 0, prune.log.read_text()
     assert prune.log.read_text().startswith("prune: removed nothing"), prune.log.read_text()

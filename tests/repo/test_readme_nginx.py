@@ -19,6 +19,7 @@ from sandbox.ports import PortTaken, free_port, on_free_ports, port_taken
 from tests import ROOT
 from tests.helpers.programs import program
 from tests.helpers.runs import Luigid
+from tests.helpers.speed import scaled
 
 DAY = datetime.date(2026, 9, 3)
 USER, PASSWORD = "worker1", "3f9c1e0d7b2a46c58e1f0a9b7c6d5e4f"  # as `openssl rand -hex 16` makes one
@@ -103,7 +104,7 @@ def nginx(tmp_path):
             text=True,
         )
         procs.append(proc)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -120,7 +121,7 @@ def nginx(tmp_path):
     yield start
     for proc in procs:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
 
 
 @pytest.fixture

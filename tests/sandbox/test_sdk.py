@@ -127,17 +127,24 @@ def test_sdk_maps_busy_threads_and_no_plan(make_sb):
 
 def test_sdk_waits_for_threads_to_free(make_sb, monkeypatch):
     # While busy the SDK re-submits every 8-11 s, and reads threadsinfo right after each refusal: a
-    # thread freeing in between makes it conclude "no active plan" (the race our client avoids). The
-    # threads free at 13.5 s, between its second submit (<= 11 s) and its third (>= 16 s), on a
-    # coarser scale than the module's so that the margins outlast a loaded machine's latency.
-    scale = 0.05
-    monkeypatch.setattr(captchaai.client, "time", types.SimpleNamespace(sleep=lambda s: time.sleep(s * scale)))
-    sb = make_sb(solve_s=1, time_scale=scale)
-    sb.occupy_threads(5, 13.5)
+    # thread freeing in between makes it conclude "no active plan" (the race our client avoids). So
+    # the threads free on an event, not at a time: in the SDK's wait after its second refusal, when
+    # it has read threadsinfo, and before its third submit. A loaded machine's latency moves nothing.
+    sb = make_sb(solve_s=1)
+    sb.occupy_threads(5, 10_000)
+    released = []
+
+    def sleep(seconds):
+        if not released and sb.stats()["codes"].get("in.php", {}).get("ERROR_ZERO_BALANCE", 0) >= 2:
+            released.append(sb.release_threads())
+        time.sleep(seconds * SCALE)
+
+    monkeypatch.setattr(captchaai.client, "time", types.SimpleNamespace(sleep=sleep))
     result = CaptchaAI(SANDBOX_KEY, base_url=sb.captchaai_url).recaptcha_v2(
         sitekey_for("north"), f"{sb.portal_url}/export"
     )
-    assert result.solution and sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] >= 1
+    assert released == [5] and result.solution
+    assert sb.stats()["codes"]["in.php"]["ERROR_ZERO_BALANCE"] == 2
 
 
 def test_sdk_retries_server_errors_and_reports_resets(make_sb):

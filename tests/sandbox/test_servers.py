@@ -16,6 +16,7 @@ from sandbox.portal_data import region_of_sitekey
 SCALE = 0.01
 DAY = "2024-03-01"
 from tests import ROOT  # noqa: E402
+from tests.helpers.speed import scaled  # noqa: E402
 
 OTHER_KEY = "f" * 32  # well-formed, but no such account
 
@@ -191,6 +192,16 @@ def test_release_threads_ends_only_the_other_consumers_holds(make_sb):
     assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 1  # our task still works
     assert sb.release_threads() == 0
     assert sb.occupy_threads(5, 3000) == 4
+
+
+def test_release_threads_ends_n_holds_and_leaves_the_others_working(make_sb):
+    sb = make_sb(threads=5)
+    assert sb.occupy_threads(4, 3000) == 4
+    assert sb.release_threads(n=1) == 1
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 3
+    assert sb.release_threads(n=2) == 2
+    assert call(sb, "res.php", action="threadsinfo")["working_threads"] == 1
+    assert sb.release_threads() == 1
 
 
 def test_no_plan_key_refuses_submits_with_free_threads(make_sb):
@@ -666,7 +677,7 @@ def test_cli_serves_and_exits_cleanly_on_sigterm(tmp_path):
         wait_until(lambda: requests.post(f"{url}/res.php", data=get, timeout=5).text != "CAPCHA_NOT_READY")
         assert requests.post(f"{url}/res.php", data=get, timeout=5).text == "ERROR_CAPTCHA_UNSOLVABLE"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=5) == 0
+        assert proc.wait(timeout=scaled(5)) == 0
         assert proc.stderr.read() == ""  # nothing logged per request
     finally:
         if proc.poll() is None:
