@@ -76,8 +76,15 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
             region_of(t) for t in tasks if found and t["worker_running"] == found[1] and t["name"] == "RegionExport"
         }
 
-    # the doomed host has a solve in flight for a region luigid lists as running there
-    wait_for(lambda: running_on_doomed() & set(submits(sb)), "host 1 solves")
+    def doomed_solves():
+        """A solve in flight for a region luigid lists as running on the doomed host; the sandbox's
+        clock stands still from then until the kill is seen, so that it is still in flight there
+        however slowly a loaded machine reads the heartbeats and kills."""
+        if found := running_on_doomed() & set(submits(sb)):
+            sb.pause_clock()
+        return found
+
+    wait_for(doomed_solves, "host 1 solves")
     store = S3Store(store_url)
     runs_seen = {}  # each run's heartbeat as it wrote it (its `t` is its host's clock), and when it was read
 
@@ -91,6 +98,7 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
     every_heartbeat_seen()  # the doomed run's, before it dies
     psutil.wait_procs(doomed.kill(), timeout=2)
     held = running_on_doomed()  # luigid has not noticed yet
+    sb.resume_clock()
     # a host that a loaded machine started seconds late beats by now or soon: the survivors run on
     # until the dead host's regions are done again
     wait_for(every_heartbeat_seen, "every run's heartbeat")
