@@ -93,8 +93,10 @@ def assert_stopped(cli, proc, live, data_dir, signalled_at, sent_at, how):
     assert not list((state / "runs").glob("*")) and not list((state / "waiting").glob("*"))
     left = {json.loads(p.read_text())["task"] for p in (state / "inflight").glob("*")}
     tasks = live.tasks()
-    pending_then = {t["id"] for t in tasks if t["ready_t"] > signalled_at}
-    assert pending_then <= left <= {t["id"] for t in tasks if not t["token_accepted"]}, (left, tasks)
+    # (a submit whose answer was still on its way at the signal is the one exception: its process never read the
+    # task id, and its mark went at the stop, as one without a task does)
+    answered = {t["id"] for t in tasks if t["ready_t"] > signalled_at and t["submit_t"] < signalled_at - LATE_S}
+    assert answered <= left <= {t["id"] for t in tasks if not t["token_accepted"]}, (left, tasks)
     return err, left
 
 
