@@ -207,10 +207,11 @@ class CaptchaAI:
         detail = f"refused twice with {threads - working} of {threads} threads free: no active plan"
         raise self._error(ZERO_BALANCE, detail, KeyLevelError)
 
-    def poll(self, task_id: str, deadline: float, on_poll: OnPoll | None = None) -> str:
-        """Poll one task (first_poll_s, then every poll_every_s) until its token or the deadline;
-        transient answers keep polling: its thread is paid for already."""
-        start = self.clock()
+    def poll(self, task_id: str, deadline: float, on_poll: OnPoll | None = None, since: float | None = None) -> str:
+        """Poll one task (first_poll_s after `since`, its submit's answer, else now; then every
+        poll_every_s) until its token or the deadline; transient answers keep polling: its thread is
+        paid for already."""
+        start = self.clock() if since is None else since
         tick = start + self.first_poll_s
         polls = 0
         while tick <= deadline:
@@ -245,11 +246,12 @@ class CaptchaAI:
                         raise
                     refused = err
                 else:
+                    answered = self.clock()  # the first poll counts from here: the mark's write waits in it
                     flight.submitted(task_id)
                     log.info("CaptchaAI task %s submitted", task_id)
                     if on_submit is not None:
                         on_submit(task_id)
-                    token = self.poll(task_id, start + self.timeout_s, on_poll)
+                    token = self.poll(task_id, start + self.timeout_s, on_poll, answered)
                     return Solve(token, task_id, self.clock() - start)
             busy_since = busy_since or self.gate.clock()
             self.busy_waits += 1

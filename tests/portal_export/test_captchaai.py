@@ -372,6 +372,25 @@ def test_solve_polls_on_a_fixed_grid_and_returns_token_task_and_seconds(api, cli
     assert [fields(c) for c in api.rsps.calls[1:]] == [{"key": KEY, "json": "1", "action": "get", "id": "42"}] * 4
 
 
+def test_the_first_poll_counts_from_the_submits_answer_not_after_the_marks_write(api, clock, tmp_path):
+    """The in-flight mark takes its task id between the submit and the first poll (a PUT on an object store): that
+    write waits inside the first poll's wait, never before it."""
+    from portal_export.inflight import InFlight
+    from portal_export.store import LocalStore
+
+    class SlowStore(LocalStore):
+        def write(self, key, data):
+            if data:  # the task id's write, not the mark's creation
+                clock.now += 0.8
+            super().write(key, data)
+
+    store = SlowStore(tmp_path)
+    client = make_client(clock, inflight=InFlight(store))
+    api.on("in.php", ok("42")).on("get", ok("tok-42"))
+    assert client.solve(PARAMS).task_id == "42"
+    assert api.poll_times() == [15.0] and clock.sleeps == [pytest.approx(14.2)]
+
+
 def test_grid_does_not_drift_with_request_latency(api, client, clock):
     api.latency = {"in.php": 1.0, "get": 1.0}
     api.on("in.php", ok("42")).on("get", NOT_READY, NOT_READY, ok("tok"))
