@@ -45,10 +45,12 @@ def reenable(url: str, days: Sequence[date]) -> None:
 def wait_for_other_runs(url: str, days: Sequence[date], own_workers: Collection[str], pending: bool = True) -> bool:
     """Wait while another run on luigid has work (running, or pending as a stakeholder) on these
     incomplete days; True when one had. `pending=False` (a failed run): running only, since an exited
-    worker stays a stakeholder of its pending tasks until luigid prunes it."""
+    worker stays a stakeholder of its pending tasks until luigid prunes it. FAILED counts as pending:
+    with retry_count = 1 a task is FAILED only once re-enabled (a takeover on another host, an operator's
+    new run), until that run's Luigi adds it again, a moment later."""
     wanted = set(portal_tasks(days))
     sched = luigid.remote(url)
-    statuses = ("RUNNING", "PENDING") if pending else ("RUNNING",)
+    statuses = ("RUNNING", "PENDING", "FAILED") if pending else ("RUNNING",)
     told = False
     while not all_complete(days):
         busy = [

@@ -1,4 +1,5 @@
-"""Which DISABLED tasks died with their host (ops/takeover.py): luigid's fields and the failure record."""
+"""ops/takeover.py: which DISABLED tasks died with their host (luigid's fields and the failure record), and what a
+survivor waits for of the other runs' work on luigid."""
 
 import datetime
 
@@ -39,3 +40,37 @@ def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_d
         clock.setattr(time, "time", lambda: real() - 600)
         write_failure(targets.store(), task.failure_key(), "ERROR_PAGEURL")  # stamped 10 minutes "ago"
     assert not died_with_worker(disabled(time_running=started), task)
+
+
+def test_a_task_another_host_re_enabled_to_take_over_is_waited_for_until_it_is_done(data_dir, tmp_path):
+    """Host B re-enables a task whose host died (luigid: FAILED) and runs Luigi again, which adds it a moment
+    later. Host C, waiting for the other runs' work on these days, waits for it meanwhile too: seen as no work,
+    C would end before B's takeover, the day missing (a fleet's survivor exiting 30 on a day that got done)."""
+    import threading
+
+    from ops import luigid
+    from ops.takeover import wait_for_other_runs
+    from tests.helpers.runs import Luigid, wait_for
+
+    day = datetime.date(2026, 5, 5)
+    task_id = RegionExport(day, "north").task_id
+    central = Luigid(tmp_path / "luigid")
+    try:
+        sched = luigid.remote(central.url)
+        host_b = "Worker(host=host-b)"
+        sched.add_task(worker=host_b, task_id=task_id, status="PENDING", retry_policy_dict={"retry_count": 1})
+        sched.add_task(worker=host_b, task_id=task_id, status="FAILED")  # luigid failed it for its dead host
+        assert set(central.task_list("DISABLED")) == {task_id}
+        sched.re_enable_task(task_id)  # host B's takeover
+        assert set(central.task_list("FAILED")) == {task_id}
+
+        waited = []
+        host_c = threading.Thread(target=lambda: waited.append(wait_for_other_runs(central.url, [day], {"host-c"})))
+        host_c.start()
+        host_c.join(timeout=1.5)
+        assert host_c.is_alive()  # waiting for host B
+        sched.add_task(worker=host_b, task_id=task_id, status="DONE")
+        wait_for(lambda: not host_c.is_alive(), "host C's wait to end")
+        assert waited == [True]
+    finally:
+        central.stop()
