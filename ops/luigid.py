@@ -7,6 +7,7 @@ on a network luigid sits behind an authenticating proxy whose credentials the UR
 
 import configparser
 import contextlib
+import errno
 import ipaddress
 import os
 import signal
@@ -176,14 +177,17 @@ def _can_start(url: str, say: Say, bind: str, pid: int | None = None) -> tuple[s
     port = urlsplit(url).port or 8082
     host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)  # a wildcard is reached on loopback
     local = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    if pid or answers(local):
+    try:
+        addresses = [] if pid else listen_addresses(bind, port)
+    except OSError as err:
+        # only a port taken is worth asking: an address not this host's would be asking another host
+        if err.errno != errno.EADDRINUSE or not answers(local):
+            say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
+            return 2
+        addresses = []
+    if not addresses:
         say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
         return 1
-    try:
-        addresses = listen_addresses(bind, port)
-    except OSError as err:
-        say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
-        return 2
     # luigid daemonizes with umask 0: private directories keep its pickle, history and logs private
     for private in (VAR / "luigid", VAR / "log"):
         private.mkdir(parents=True, exist_ok=True)
