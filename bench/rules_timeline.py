@@ -16,6 +16,7 @@ by the time its promise (FIRES_WITHIN) says, and not fire at any other time.
 from __future__ import annotations
 
 import bisect
+import collections
 import datetime
 
 from portal_export.metrics import midnight_utc
@@ -172,8 +173,8 @@ class Timeline:
 
     def series(self):
         """{series with job and instance: [value or None per scrape]}, both endpoints scraped."""
-        out = {}
         grid = self.grid()
+        out = collections.defaultdict(lambda: [None] * len(grid))
         for i, t in enumerate(grid):
             values = self.at(t)
             if values is None:
@@ -181,11 +182,11 @@ class Timeline:
             for job, instance in JOBS.items():
                 down = job == "portal-export" and self.down is not None and self.down <= t < self.down + DOWN_S
                 where = f'job="{job}",instance="{instance}"'
-                out.setdefault(f"up{{{where}}}", [None] * len(grid))[i] = 0 if down else 1
+                out[f"up{{{where}}}"][i] = 0 if down else 1
                 for name, value in ({} if down or values is None else values).items():
                     key = name[:-1] + f",{where}}}" if name.endswith("}") else f"{name}{{{where}}}"
-                    out.setdefault(key, [None] * len(grid))[i] = value
-        return out
+                    out[key][i] = value
+        return dict(out)
 
     def group(self, severity):
         """One `tests:` entry of a promtool test file."""

@@ -65,6 +65,15 @@ def looser(text, alert, old, new):
     return text[:start] + block.replace(old, new) + text[end:]
 
 
+def hand_written_for(alert):
+    """The hand-written rule tests of `alert` alone (each test group judges one alert): a looser rule fails its own
+    tests, and promtool need not evaluate the others' days at one-minute steps (5 s of CPU each time)."""
+    tests = yaml.safe_load(HAND_WRITTEN.read_text())
+    tests["tests"] = [g for g in tests["tests"] if {a["alertname"] for a in g["alert_rule_test"]} == {alert}]
+    assert tests["tests"], alert
+    return tests
+
+
 def promtool_test(where, rules_text, test_file):
     where.mkdir(exist_ok=True)
     (where / "portal_export.rules.yml").write_text(rules_text)
@@ -127,7 +136,7 @@ def test_each_rule_made_looser_fails_the_rule_tests(recording, tmp_path):
         cases.append((i, alert, old, new, "timeline.test.yml"))
     for i, (alert, old, new) in enumerate(NOT_ON_THE_TIMELINE, len(LOOSER)):
         (tmp_path / str(i)).mkdir()
-        (tmp_path / str(i) / HAND_WRITTEN.name).write_bytes(HAND_WRITTEN.read_bytes())
+        (tmp_path / str(i) / HAND_WRITTEN.name).write_text(yaml.safe_dump(hand_written_for(alert)))
         cases.append((i, alert, old, new, HAND_WRITTEN.name))
 
     def judge(case):
