@@ -23,14 +23,14 @@ WRONG_PASSWORD = "Wr0ng-Passw0rd-fleet-canary-42"
 
 
 @pytest.fixture
-def fleet(sandbox, central, hosts, s3_data_dir, seaweedfs, webhook):
+def fleet(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs, webhook):
     """fleet(sandbox config, **env): three hosts on one luigid and bucket, 2 workers each (6 > the
     cap), alerting through one webhook; returns (sandbox, hosts, webhook, bucket)."""
 
     def make(sb_config, **env):
         sb = sandbox(ban_after=BAN_AFTER, **sb_config)
         hook = webhook()
-        shared = {**shared_env(sb, central, s3_data_dir), "ALERT_WEBHOOK_URL": hook.url, **env}
+        shared = {**shared_env(sb, fleet_luigid, s3_data_dir), "ALERT_WEBHOOK_URL": hook.url, **env}
         cfg = cfg_text({**FAST_CLIENT, "core": {"workers": 2}})
         return sb, [hosts(name, shared, cfg) for name in HOSTS], hook, Bucket(seaweedfs, s3_data_dir)
 
