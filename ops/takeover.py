@@ -126,6 +126,12 @@ class Takeover:
             self.taken[task_id] = self.taken.get(task_id, 0) + 1
         return True
 
+    def reenabled(self) -> bool:
+        """Whether a task of this command is FAILED on luigid: re-enabled (with retry_count = 1 nothing else leaves a
+        task FAILED) by another host's takeover, whose Luigi has not added it yet. A rerun here adds it too, and
+        luigid gives it to one of them: whichever runs it, it is not left for nobody."""
+        return any(task_id in self.tasks for task_id in luigid.remote(self.url).task_list("FAILED", ""))
+
     def run(
         self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
     ) -> int:
@@ -135,7 +141,7 @@ class Takeover:
         quiet = (0, int(codes.not_run), int(codes.already_running))  # "not done here", which a rerun supersedes
         while not done():
             settle(code not in quiet)
-            if not self.revive():
+            if not self.revive() and not self.reenabled():
                 break
             again = rerun()
             code = again if code in quiet else max(code, again)

@@ -42,35 +42,69 @@ def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_d
     assert not died_with_worker(disabled(time_running=started), task)
 
 
+def re_enabled_task(central, day):
+    """A RegionExport of `day` on `central` as host B's takeover leaves it: failed by luigid for its dead host
+    (DISABLED, retry_count = 1), then re-enabled (FAILED) before host B's Luigi adds it again."""
+    from ops import luigid
+
+    task_id = RegionExport(day, "north").task_id
+    sched = luigid.remote(central.url)
+    sched.add_task(worker=HOST_B, task_id=task_id, status="PENDING", retry_policy_dict={"retry_count": 1})
+    sched.add_task(worker=HOST_B, task_id=task_id, status="FAILED")
+    assert set(central.task_list("DISABLED")) == {task_id}
+    sched.re_enable_task(task_id)
+    assert set(central.task_list("FAILED")) == {task_id}
+    return sched, task_id
+
+
+HOST_B = "Worker(host=host-b)"
+
+
 def test_a_task_another_host_re_enabled_to_take_over_is_waited_for_until_it_is_done(data_dir, tmp_path):
     """Host B re-enables a task whose host died (luigid: FAILED) and runs Luigi again, which adds it a moment
     later. Host C, waiting for the other runs' work on these days, waits for it meanwhile too: seen as no work,
     C would end before B's takeover, the day missing (a fleet's survivor exiting 30 on a day that got done)."""
     import threading
 
-    from ops import luigid
     from ops.takeover import wait_for_other_runs
     from tests.helpers.runs import Luigid, wait_for
 
     day = datetime.date(2026, 5, 5)
-    task_id = RegionExport(day, "north").task_id
     central = Luigid(tmp_path / "luigid")
     try:
-        sched = luigid.remote(central.url)
-        host_b = "Worker(host=host-b)"
-        sched.add_task(worker=host_b, task_id=task_id, status="PENDING", retry_policy_dict={"retry_count": 1})
-        sched.add_task(worker=host_b, task_id=task_id, status="FAILED")  # luigid failed it for its dead host
-        assert set(central.task_list("DISABLED")) == {task_id}
-        sched.re_enable_task(task_id)  # host B's takeover
-        assert set(central.task_list("FAILED")) == {task_id}
-
+        sched, task_id = re_enabled_task(central, day)
         waited = []
         host_c = threading.Thread(target=lambda: waited.append(wait_for_other_runs(central.url, [day], {"host-c"})))
         host_c.start()
         host_c.join(timeout=1.5)
         assert host_c.is_alive()  # waiting for host B
-        sched.add_task(worker=host_b, task_id=task_id, status="DONE")
+        sched.add_task(worker=HOST_B, task_id=task_id, status="DONE")
         wait_for(lambda: not host_c.is_alive(), "host C's wait to end")
         assert waited == [True]
+    finally:
+        central.stop()
+
+
+def test_a_survivor_runs_luigi_again_for_a_task_another_host_re_enabled_and_left_to_nobody(data_dir, tmp_path):
+    """Host B re-enabled a dead host's task and, for whatever reason (it stalled, it died), no run of it is on luigid:
+    a survivor with nothing DISABLED to take over runs Luigi again, which adds the task and runs it, rather than
+    end with the day missing."""
+    from ops.takeover import Takeover, portal_tasks
+    from tests.helpers.runs import Luigid
+
+    day = datetime.date(2026, 5, 5)
+    central = Luigid(tmp_path / "luigid")
+    try:
+        sched, task_id = re_enabled_task(central, day)
+        reruns = []
+
+        def rerun():  # Luigi again here: it adds the task and runs it
+            reruns.append(task_id)
+            sched.add_task(worker="Worker(host=host-c)", task_id=task_id, status="DONE")
+            return 0
+
+        takeover = Takeover(central.url, portal_tasks([day]), print, delay_s=0.0)
+        code = takeover.run(25, rerun=rerun, settle=lambda failed: None, done=lambda: bool(reruns))
+        assert reruns == [task_id] and code == 0
     finally:
         central.stop()
