@@ -24,6 +24,7 @@ from tests.helpers.fleet import (
     Bucket,
     expected_lines,
     shared_env,
+    told,
 )
 from tests.helpers.runs import wait_for
 from tests.helpers.speed import scaled
@@ -79,7 +80,7 @@ def test_cap_across_hosts(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs):
 
     runs = [host.wait(timeout=scaled(180)) for host in survivors]
     assert fleet[owner].wait(timeout=scaled(10)).killed
-    assert [r.code for r in runs] == [0, 0], runs
+    assert [r.code for r in runs] == [0, 0], told(runs)
     store = S3Store(s3_data_dir)
     bucket = Bucket(seaweedfs, s3_data_dir)
     for day in DAYS:

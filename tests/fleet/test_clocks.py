@@ -28,6 +28,7 @@ from tests.helpers.fleet import (
     region_of,
     shared_env,
     submits,
+    told,
 )
 from tests.helpers.runs import wait_for
 from tests.helpers.speed import scaled
@@ -106,7 +107,7 @@ def backfill_with_a_host_killed(sb, luigid, fleet, store_url, seaweedfs):
     runs = [host.wait(timeout=scaled(120)) for host in survivors]
     seen = totals.stop()
     assert doomed.wait(timeout=scaled(10)).killed
-    assert [r.code for r in runs] == [0, 0], runs
+    assert [r.code for r in runs] == [0, 0], told(runs)
     for run in runs:
         assert f"backfill {START}..2026-05-06: all 6 days complete" in run.err, run
     bucket = Bucket(seaweedfs, store_url)

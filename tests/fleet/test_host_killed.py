@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from tests.helpers.cfg import FAST_CLIENT, cfg_text, polled
-from tests.helpers.fleet import DAYS, FAST_DEATH, START, STOP, expected_lines, region_of, shared_env, submits
+from tests.helpers.fleet import DAYS, FAST_DEATH, START, STOP, expected_lines, region_of, shared_env, submits, told
 from tests.helpers.speed import scaled
 
 
@@ -49,7 +49,7 @@ def test_two_hosts_share_one_backfill_through_luigid(sandbox, central, hosts, s3
     b.start("backfill", START, STOP)
     runs = [a.wait(timeout=scaled(120)), b.wait(timeout=scaled(120))]
 
-    assert [r.code for r in runs] == [0, 0], runs
+    assert [r.code for r in runs] == [0, 0], told(runs)
     assert_every_day_exact(runs, bucket)
     submits = Counter((parse_qs(urlsplit(t["pageurl"]).query)["day"][0], t["googlekey"]) for t in sb.tasks())
     assert len(submits) == 24 and set(submits.values()) == {1}, submits  # no region solved twice
@@ -116,7 +116,7 @@ def test_a_host_killed_mid_backfill_leaves_its_regions_to_the_others(sandbox, fl
 
     runs = [b.wait(timeout=scaled(120)), c.wait(timeout=scaled(120))]
     assert a.wait(timeout=scaled(10)).killed
-    assert [r.code for r in runs] == [0, 0], runs
+    assert [r.code for r in runs] == [0, 0], told(runs)
     assert_every_day_exact(runs, bucket)
 
     taken = {

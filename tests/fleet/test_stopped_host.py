@@ -10,7 +10,7 @@ import pytest
 from portal_export.caplog import CapLog
 from tests.fleet.test_cap import most_at_once
 from tests.helpers.cfg import cfg_text, polls
-from tests.helpers.fleet import CAP, DAYS, START, TIMINGS, Bucket, expected_lines, shared_env
+from tests.helpers.fleet import CAP, DAYS, START, TIMINGS, Bucket, expected_lines, shared_env, told
 from tests.helpers.runs import wait_for
 from tests.helpers.speed import scaled
 
@@ -51,7 +51,7 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
     sb.resume_clock()
 
     runs = [fleet[name].wait(timeout=scaled(120)) for name in ("host-b", "host-c")]
-    assert [r.code for r in runs] == [0, 0], runs
+    assert [r.code for r in runs] == [0, 0], told(runs)
     bucket = Bucket(seaweedfs, s3_data_dir)
     for day in DAYS[:3]:
         assert bucket.day_lines(day) == expected_lines(day), day  # every record once

@@ -76,3 +76,8 @@ def submits(sb):
 def region_of(task):
     """(day, region) of a RegionExport as luigid lists it."""
     return task["params"]["date"], task["params"]["region"]
+
+
+def told(runs):
+    """The runs' ends, whole, as an assertion's message: pytest cuts a message that is no string to 240 characters."""
+    return "\n\n".join(f"== {r.name}: exit {r.code}, killed {r.killed}\n{r.err[-6000:]}" for r in runs)
