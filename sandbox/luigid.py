@@ -64,11 +64,11 @@ class ForegroundLuigid:
         """luigid's environment, as `make scheduler` gives it."""
         return environment(self.cfg)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: luigid dumps its state file, then exits
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 # what would say why: its signal state (a blocked or ignored SIGTERM, one pending),
                 # where the kernel has it waiting, and what it logged last
@@ -76,7 +76,7 @@ class ForegroundLuigid:
                 self.proc.kill()
                 self.proc.wait()
                 raise RuntimeError(
-                    f"luigid (pid {self.proc.pid}) still ran 10 s after SIGTERM: {state}; "
+                    f"luigid (pid {self.proc.pid}) still ran {timeout:.0f} s after SIGTERM: {state}; "
                     f"its log ends: {self.log.read_text()[-1500:]}"
                 ) from None
 

@@ -52,6 +52,9 @@ class Luigid(ForegroundLuigid):
     def environment(self):
         return {k: v for k, v in super().environment().items() if k != MEASURED}
 
+    def stop(self, timeout=10.0):
+        super().stop(timeout=scaled(timeout))  # its exit after the state's dump waits for a core on a loaded machine
+
     def rpc(self, method, **args):
         import json
 
