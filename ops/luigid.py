@@ -177,17 +177,19 @@ def _can_start(url: str, say: Say, bind: str, pid: int | None = None) -> tuple[s
     port = urlsplit(url).port or 8082
     host = {"0.0.0.0": LOOPBACK, "::": "::1", "": LOOPBACK}.get(bind, bind)  # a wildcard is reached on loopback
     local = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    running = f"error: a central scheduler is already running at {local}"
+    if pid:
+        say(f"{running} (pid {pid})")
+        return 1
     try:
-        addresses = [] if pid else listen_addresses(bind, port)
+        addresses = listen_addresses(bind, port)
     except OSError as err:
         # only a port taken is worth asking: an address not this host's would be asking another host
-        if err.errno != errno.EADDRINUSE or not answers(local):
-            say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
-            return 2
-        addresses = []
-    if not addresses:
-        say(f"error: a central scheduler is already running at {local}" + (f" (pid {pid})" if pid else ""))
-        return 1
+        if err.errno == errno.EADDRINUSE and answers(local):
+            say(running)
+            return 1
+        say(f"error: luigid cannot listen on {bind} port {port}: {err.strerror or err}")
+        return 2
     # luigid daemonizes with umask 0: private directories keep its pickle, history and logs private
     for private in (VAR / "luigid", VAR / "log"):
         private.mkdir(parents=True, exist_ok=True)

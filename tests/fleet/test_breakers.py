@@ -14,7 +14,7 @@ import pytest
 
 from sandbox import SANDBOX_USER
 from tests.helpers.cfg import FAST_CLIENT, cfg_text
-from tests.helpers.fleet import CAP, START, STOP, Bucket, shared_env
+from tests.helpers.fleet import CAP, START, STOP, Bucket, shared_env, told
 from tests.helpers.speed import scaled
 
 BAN_AFTER = CAP + 1
@@ -38,8 +38,8 @@ def fleet(sandbox, fleet_luigid, hosts, s3_data_dir, seaweedfs, webhook):
 
 
 def assert_every_host_stopped_with_one_alert(runs, hook, code, exit_codes):
-    assert {r.code for r in runs} <= exit_codes, runs
-    assert all(code in r.err for r in runs), runs
+    assert {r.code for r in runs} <= exit_codes, told(runs)
+    assert all(code in r.err for r in runs), told(runs)
     assert len(hook.raw) == 1, hook.texts()  # one alert for the three hosts' one run
     (text,) = hook.texts()
     assert f"A breaker is open ({code})" in text, text

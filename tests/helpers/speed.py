@@ -5,8 +5,9 @@ process's answer within some seconds, pytest-timeout's per-test limit) it multip
 FACTOR is measured once per test run, in the process that starts it, by timing a fixed CPU-bound
 loop against REFERENCE_S, the loop's time on the 2-core development machine when idle, and by the
 cores the run may use: a slower CPU, an older Python, cores shared with other work (a second suite
-beside this one), fewer cores (`taskset -c 0`) each make it larger. The measurement goes into the environment, so that pytest-xdist's workers and
-every subprocess share it; setting SPEED_ENV by hand (say to 4) replaces it.
+beside this one), fewer cores (`taskset -c 0`) each make it larger. The measurement goes into the
+environment, so that pytest-xdist's workers and every subprocess share it; setting SPEED_ENV by hand
+(say to 4) replaces it.
 """
 
 import os

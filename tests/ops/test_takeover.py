@@ -42,6 +42,9 @@ def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_d
     assert not died_with_worker(disabled(time_running=started), task)
 
 
+HOST_B = "Worker(host=host-b)"
+
+
 def re_enabled_task(central, day):
     """A RegionExport of `day` on `central` as host B's takeover leaves it: failed by luigid for its dead host
     (DISABLED, retry_count = 1), then re-enabled (FAILED) before host B's Luigi adds it again."""
@@ -55,9 +58,6 @@ def re_enabled_task(central, day):
     sched.re_enable_task(task_id)
     assert set(central.task_list("FAILED")) == {task_id}
     return sched, task_id
-
-
-HOST_B = "Worker(host=host-b)"
 
 
 def test_a_task_another_host_re_enabled_to_take_over_is_waited_for_until_it_is_done(data_dir, tmp_path):
