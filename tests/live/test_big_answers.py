@@ -5,6 +5,8 @@ measures the same at 1.5 GB)."""
 import datetime
 import json
 
+import pytest
+
 from bench.big import PeakRSS, expected_digest, file_digest
 from sandbox import REGIONS
 from sandbox.big_answers import BigAnswer
@@ -18,6 +20,7 @@ SIZES = {"east": 24 * MB, "west": 12 * MB}  # east JSON, west CSV
 RSS_LIMIT_MB = 120
 
 
+@pytest.mark.unmeasured
 def test_megabytes_of_json_and_csv_stream_to_an_exact_day_and_no_process_grows(live, cli, data_dir):
     live.configure(answer_bytes=SIZES, variants={"west": ("csv",)})
     proc = cli.start("--workers", "2", "export", DAY)

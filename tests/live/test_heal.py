@@ -48,6 +48,7 @@ def fail_east_and_west(live, cli, data_dir, d):
     return {t["id"] for t in live.tasks()}
 
 
+@pytest.mark.unmeasured
 def test_make_export_of_today_is_refused_before_any_request(live, cli):
     run = cli("export", str(TODAY))
     assert run.code == 2, run
@@ -105,6 +106,7 @@ def test_a_failed_day_heals_on_the_next_backfill_solving_only_its_unsolvable_reg
     assert after["portal_export_submits_total"] == 8  # the failed night's 6 and the healing's 2
 
 
+@pytest.mark.unmeasured
 def test_with_the_default_a_run_right_after_solves_nothing_and_one_a_day_later_heals(live, cli, data_dir):
     d = ago(4)
     first = fail_east_and_west(live, cli, data_dir, d)

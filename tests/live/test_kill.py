@@ -11,6 +11,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
+import pytest
 
 from sandbox import REGIONS
 from tests import ROOT
@@ -112,6 +113,7 @@ def solved_since(sb, t):
     return found
 
 
+@pytest.mark.unmeasured
 def test_sigkill_mid_solve_and_mid_write_then_a_rerun_completes_every_record_once(live, data_dir, tmp_path):
     live.configure(solve_s=100)  # 1 s solves: the kill lands mid-solve
 

@@ -51,6 +51,7 @@ def test_the_day_exact_from_a_portal_of_its_own_shape_with_only_portal_keys(shap
     assert {t["pageurl"] for t in shaped.tasks()} == {f"{shaped.portal_url}/reports/daily"}
 
 
+@pytest.mark.unmeasured
 def test_our_default_shape_finds_no_page_there(shaped, cli, data_dir):
     """Why the keys exist: without them the export page is a 404, and nothing is solved."""
     run = cli("export", DAY)

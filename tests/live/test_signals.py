@@ -117,6 +117,7 @@ def test_a_run_whose_luigid_stopped_ends_within_10_s_of_the_signal(slow, cli, da
     assert_stopped(cli, proc, slow, data_dir, signalled_at, sent_at, how)
 
 
+@pytest.mark.unmeasured
 def test_a_run_stopped_by_sigterm_hands_its_tasks_back_and_a_rerun_finishes_at_once(slow, cli, data_dir, tmp_path):
     """luigid still answers: the stopped run's running tasks are pending again, so the same command
     runs them at once, rather than waiting for luigid to take the worker for dead (60 s) and retry_delay."""

@@ -67,6 +67,7 @@ def test_an_old_start_and_a_long_range_cover_exactly_the_range(live, fast_cfg, c
     assert submits_by_day(live) == {day: 1 for day in days}  # one solve per day: nothing twice
 
 
+@pytest.mark.unmeasured
 def test_task_limit_newest_first_leaves_days_missing_and_names_them_then_a_rerun_touches_no_complete_day(
     live, fast_cfg, data_dir
 ):

@@ -106,6 +106,7 @@ def test_state_and_prune_on_a_local_data_dir(cli, tmp_path):
     assert store.exists(store_keys.breaker(breaker.fingerprint("another old key")))
 
 
+@pytest.mark.unmeasured
 def test_state_and_prune_in_a_bucket(cli, s3_data_dir, tmp_path):
     cfg = write_cfg(tmp_path / "keep.cfg", {"portal": {"keep_state_days": repr(2 / DAY_S)}})  # two seconds
     store = S3Store(s3_data_dir)
