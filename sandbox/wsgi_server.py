@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import threading
 
 from werkzeug.serving import WSGIRequestHandler, make_server
@@ -11,11 +12,19 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from .faults import ResetConnection
 
 
+def untraced() -> None:
+    """This thread runs without a trace function. The sandbox is no code of the product's: under the
+    tests' coverage (whose tracer each new thread inherits) its serve loop and requests ran several
+    times slower, and took CPU from the runs they serve."""
+    sys.settrace(None)
+
+
 class ResettingHandler(WSGIRequestHandler):
     def log_request(self, code="-", size="-"):
         """No line per request: test and benchmark output stays readable."""
 
     def handle(self):
+        untraced()
         try:
             super().handle()
         except ResetConnection:
@@ -41,11 +50,14 @@ class ServerThread:
         self.url = f"http://{host}:{self.server.port}"
         # short poll interval: stop() waits at most this long for the serve loop
         self._thread = threading.Thread(
-            target=self.server.serve_forever,
-            kwargs={"poll_interval": 0.02},
+            target=self._serve,
             name=f"sandbox-{self.server.port}",
             daemon=True,
         )
+
+    def _serve(self) -> None:
+        untraced()
+        self.server.serve_forever(poll_interval=0.02)
 
     def start(self) -> None:
         self._thread.start()
