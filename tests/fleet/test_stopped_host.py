@@ -15,6 +15,7 @@ from tests.helpers.runs import wait_for
 from tests.helpers.speed import scaled
 
 SOLVE_S = 3.0  # long enough to outlast the stop, the hand-back and the other hosts' next pages
+PAUSE_S = 60  # hosts B and C starting while no solve ends, at most (on the development machine)
 STOP = "2026-05-04"  # three days, twelve regions
 
 
@@ -34,7 +35,10 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
 
     sb = sandbox(solve_s=SOLVE_S / 0.01)
     env = shared_env(sb, fleet_luigid, s3_data_dir)
-    timings = {**TIMINGS, "captchaai": {**TIMINGS["captchaai"], **polls(SOLVE_S)}}
+    # A left solve's deadline runs on the store's clock from its submit, through the sandbox's pause below
+    # (two hosts starting: up to PAUSE_S on a loaded machine), so that a poll sees its end first
+    deadline = scaled(PAUSE_S + 3 * SOLVE_S)
+    timings = {**TIMINGS, "captchaai": {**TIMINGS["captchaai"], **polls(SOLVE_S), "timeout_s": deadline}}
     cfg = cfg_text({**timings, "core": {"workers": 2}})
     fleet = {name: hosts(name, env, cfg) for name in ("host-a", "host-b", "host-c")}
     store = S3Store(s3_data_dir)
@@ -45,7 +49,9 @@ def test_a_stopped_hosts_solves_hold_their_slots_until_they_end(sandbox, fleet_l
     sb.pause_clock()
     for name in ("host-b", "host-c"):
         fleet[name].start("backfill", START, STOP)
-    wait_for(lambda: sum(t["status"] == "pending" for t in sb.tasks()) == CAP, "the cap's solves in flight")
+    wait_for(
+        lambda: sum(t["status"] == "pending" for t in sb.tasks()) == CAP, "the cap's solves in flight", timeout=PAUSE_S
+    )
     left = in_flight_of(store, "host-a")
     fleet["host-a"].terminate(grace_s=0.5)
     sb.resume_clock()

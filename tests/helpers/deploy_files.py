@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tests import ROOT  # noqa: E402
 from tests.helpers.programs import is_root, program
 
 DEPLOY = ROOT / "deploy"
+VENV = Path(sys.prefix)  # the venv the suite runs in: .venv, or make test-pythons' .venv-X.Y
 CHECKOUT = "/srv/portal-export"  # where docs/deploy.md clones the repository
 ENV_FILE = "/etc/portal-export/env"
 ACCOUNT = "portal-export"
@@ -88,10 +90,10 @@ class Account:
 
 
 def runs_the_venv(entry: pwd.struct_passwd) -> bool:
-    """Whether the account can start this checkout's .venv/bin/python: not where the venv was made
-    from a Python in root's home (pyenv's), which no other account may enter."""
+    """Whether the account can start the suite's venv's python: not where the venv was made from a
+    Python in root's home (pyenv's), which no other account may enter."""
     probe = [program("setpriv", "util-linux"), f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
-    python = str(ROOT / ".venv" / "bin" / "python")
+    python = str(VENV / "bin" / "python")
     return subprocess.run([*probe, "--", "/bin/sh", "-c", '"$0" -c pass', python], capture_output=True).returncode == 0
 
 
@@ -123,7 +125,7 @@ def server_dir(account):
 
 def clone(where: Path, account: Account) -> Path:
     """A fresh checkout of this working tree at `where` (its tracked and new files: no var/, no
-    data/), with this checkout's .venv as its `make venv`, owned by `account`."""
+    data/), with the suite's venv as its `make venv` (.venv), owned by `account`."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -136,7 +138,7 @@ def clone(where: Path, account: Account) -> Path:
             target = where / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    (where / ".venv").symlink_to(ROOT / ".venv")
+    (where / ".venv").symlink_to(VENV)
     account.own(where)
     return where
 
