@@ -18,6 +18,7 @@ from tests.helpers.deploy_files import (
     CHECKOUT,
     DEPLOY,
     ENV_FILE,
+    VENV,
     Service,
     account,
     clone,
@@ -39,11 +40,16 @@ UNITS = sorted(p.name for p in DEPLOY.glob("*.service")) + sorted(p.name for p i
 
 def test_systemd_analyze_verify_finds_nothing(tmp_path):
     """Each unit as installed on a server whose checkout is this one: verify checks that ExecStart's
-    program exists, so /srv/portal-export is this checkout; the account need not exist."""
+    program exists, so /srv/portal-export is this checkout (its .venv the suite's venv, which under
+    make test-pythons is .venv-X.Y); the account need not exist."""
     systemd_analyze = program("systemd-analyze", "systemd")
     assert sorted(SERVICES) + sorted(TIMERS) == UNITS
+    checkout = tmp_path / "portal-export"
+    (checkout / "var").mkdir(parents=True)
+    for name, target in ((".venv", VENV), ("deploy", DEPLOY), ("docs", DEPLOY.parent / "docs")):
+        (checkout / name).symlink_to(target)
     for name in UNITS:
-        (tmp_path / name).write_text((DEPLOY / name).read_text().replace(CHECKOUT, str(DEPLOY.parent)))
+        (tmp_path / name).write_text((DEPLOY / name).read_text().replace(CHECKOUT, str(checkout)))
     done = subprocess.run(
         [systemd_analyze, "verify", *(str(tmp_path / n) for n in UNITS)], capture_output=True, text=True
     )
