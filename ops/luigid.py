@@ -7,15 +7,17 @@ on a network luigid sits behind an authenticating proxy whose credentials the UR
 
 import configparser
 import contextlib
+import email.utils
 import errno
 import ipaddress
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -91,6 +93,18 @@ def status(url: str) -> int | None:
         raise
     except requests.RequestException:
         return None
+
+
+def done_ago(url: str, task_ids: Collection[str]) -> float:
+    """Seconds since luigid marked the newest of `task_ids` DONE, on luigid's own clock: its answer's Date, whole
+    seconds, so never more than they are (inf when none is DONE there). RequestException when it does not answer."""
+    query = {"data": json.dumps({"status": "DONE", "upstream_status": "", "search": None})}
+    resp = requests.get(f"{url}/api/task_list", params=query, timeout=10)
+    resp.raise_for_status()
+    updated = [float(task["last_updated"]) for task_id, task in resp.json()["response"].items() if task_id in task_ids]
+    if not updated:
+        return float("inf")
+    return email.utils.parsedate_to_datetime(resp.headers["Date"]).timestamp() - max(updated)
 
 
 def remote(url: str) -> Any:

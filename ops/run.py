@@ -179,7 +179,7 @@ def run_luigi(
     if url:
         reenable(url, days)
         if redone_at:
-            settle_done_cooldown(redone_at)
+            settle_done_cooldown(url, days)
     locks = lock_dir()
     codes = luigi.retcodes.retcode()
     others = False

@@ -12,9 +12,9 @@ from typing import Any
 
 import luigi.retcodes
 import luigi.scheduler
+import requests
 
 from portal_export.failures import read_failure
-from portal_export.state import store_now
 from tasks import DayExport, RegionExport, config, targets
 from tasks.base import PortalTask
 from tasks.secrets import say
@@ -72,9 +72,14 @@ def all_complete(days: Sequence[date]) -> bool:
     return set(days) <= run_alert.complete_days(days)
 
 
-def settle_done_cooldown(done_at: float) -> None:
-    """A task made incomplete on purpose waits out luigid's stable_done_cooldown_secs (the store's clock)."""
-    wait = done_at + LUIGID_DONE_COOLDOWN_S + 0.5 - store_now(targets.store())
+def settle_done_cooldown(url: str, days: Sequence[date]) -> None:
+    """Regions made incomplete on purpose wait out luigid's stable_done_cooldown_secs from when luigid marked them
+    DONE: till then it ignores a worker's PENDING for them, and would hand out their day's DayExport at once. On
+    luigid's clock: the hand-off from a region's output to luigid's DONE takes seconds on a loaded host."""
+    try:
+        wait = LUIGID_DONE_COOLDOWN_S - luigid.done_ago(url, set(portal_tasks(days)))
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        wait = LUIGID_DONE_COOLDOWN_S  # no reading: the whole cooldown, which is never too short
     if wait > 0:
         say(f"waiting {wait:.0f} s for luigid to let regions it saw finish just now run again")
         time.sleep(wait)

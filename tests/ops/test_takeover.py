@@ -108,3 +108,36 @@ def test_a_survivor_runs_luigi_again_for_a_task_another_host_re_enabled_and_left
         assert reruns == [task_id] and code == 0
     finally:
         central.stop()
+
+
+def test_a_region_set_aside_waits_out_luigids_cooldown_from_when_luigid_saw_it_done(data_dir, tmp_path, monkeypatch):
+    """retry-unsolvable right after a failed night, on a loaded host: the region's output was written, and luigid
+    marked it DONE seconds later. luigid ignores a worker's PENDING for it until stable_done_cooldown_secs have passed
+    since that DONE, and would hand out the day's DayExport meanwhile, which fails on the missing region. Waited
+    from the output's time (the old rule: cooldown + 0.5 s), the PENDING below came too soon."""
+    import time
+
+    from ops import luigid, takeover
+    from tests.helpers.runs import Luigid
+
+    cooldown = 3
+    monkeypatch.setattr(takeover, "LUIGID_DONE_COOLDOWN_S", cooldown)
+    day = datetime.date(2026, 5, 5)
+    central = Luigid(tmp_path / "luigid", extra={"scheduler": {"stable_done_cooldown_secs": cooldown}})
+    try:
+        task_id = RegionExport(day, "north").task_id
+        sched = luigid.remote(central.url)
+        sched.add_task(worker="Worker(host=a)", task_id=task_id, status="PENDING")
+        time.sleep(1.0)  # the region's output written, its DONE not yet at luigid
+        sched.add_task(worker="Worker(host=a)", task_id=task_id, status="DONE")
+        sched.add_task(worker="Worker(host=b)", task_id=task_id, status="PENDING")
+        assert set(central.task_list("DONE")) == {task_id}  # ignored: luigid's cooldown
+
+        began = time.monotonic()
+        takeover.settle_done_cooldown(central.url, [day])
+        sched.add_task(worker="Worker(host=b)", task_id=task_id, status="PENDING")
+
+        assert set(central.task_list("PENDING")) == {task_id}
+        assert time.monotonic() - began <= cooldown + 1.5  # luigid's Date is whole seconds: at most one more
+    finally:
+        central.stop()
