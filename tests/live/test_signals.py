@@ -57,6 +57,16 @@ def mid_run(cli, proc, live):
         time.sleep(0.05)
 
 
+def paused_mid_run(cli, proc, live):
+    """mid_run, then the sandbox's clock stopped with solves still in flight: they stay so until resume_clock()."""
+    while True:
+        mid_run(cli, proc, live)
+        live.pause_clock()
+        if pending(live):
+            return
+        live.resume_clock()
+
+
 def pending(live):
     return [t for t in live.tasks() if t["status"] == "pending"]
 
@@ -153,12 +163,15 @@ def test_a_run_whose_luigid_hangs_ends_within_10_s_of_sigterm(slower, cli, data_
     central = Luigid(tmp_path / "luigid")
     try:
         proc = start(cli, "backfill", *DAYS, **central.env)
-        mid_run(cli, proc, slower)
-        central.proc.send_signal(signal.SIGSTOP)
-        time.sleep(1.2)  # the worker's RPCs and its keep-alive ping (every second) wait on luigid
-        assert proc.poll() is None and pending(slower), cli.output(proc)
-        signalled_at, sent_at = slower.now(), time.monotonic()
-        stop(proc, "sigterm")
+        paused_mid_run(cli, proc, slower)  # no solve ends during luigid's frozen second, however loaded the machine
+        try:
+            central.proc.send_signal(signal.SIGSTOP)
+            time.sleep(1.2)  # the worker's RPCs and its keep-alive ping (every second) wait on luigid
+            assert proc.poll() is None and pending(slower), cli.output(proc)
+            signalled_at, sent_at = slower.now(), time.monotonic()
+            stop(proc, "sigterm")
+        finally:
+            slower.resume_clock()
         assert_stopped(cli, proc, slower, data_dir, signalled_at, sent_at, "sigterm")
     finally:
         central.proc.send_signal(signal.SIGCONT)
