@@ -53,11 +53,14 @@ def wait_for_other_runs(url: str, days: Sequence[date], own_workers: Collection[
     statuses = ("RUNNING", "PENDING", "FAILED") if pending else ("RUNNING",)
     told = False
     while not all_complete(days):
+        # one reading of every status: read one status at a time, a task taken over (FAILED, then PENDING, then
+        # RUNNING within a second) was missed while it moved from one to the next
         busy = [
             task_id
-            for status in statuses
-            for task_id, task in sched.task_list(status, "").items()
-            if task_id in wanted and (status == "RUNNING" or any(w not in own_workers for w in task["workers"]))
+            for task_id, task in sched.task_list("", "").items()
+            if task_id in wanted
+            and task["status"] in statuses
+            and (task["status"] == "RUNNING" or any(w not in own_workers for w in task["workers"]))
         ]
         if not busy:
             return told

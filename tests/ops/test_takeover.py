@@ -43,6 +43,7 @@ def test_a_real_failure_on_a_host_whose_clock_is_behind_is_not_taken_over(data_d
 
 
 HOST_B = "Worker(host=host-b)"
+HOST_C = "Worker(host=host-c)"
 
 
 def re_enabled_task(central, day):
@@ -139,5 +140,51 @@ def test_a_region_set_aside_waits_out_luigids_cooldown_from_when_luigid_saw_it_d
 
         assert set(central.task_list("PENDING")) == {task_id}
         assert time.monotonic() - began <= cooldown + 1.5  # luigid's Date is whole seconds: at most one more
+    finally:
+        central.stop()
+
+
+def test_a_task_moving_from_pending_to_running_while_luigid_is_read_is_still_waited_for(
+    data_dir, tmp_path, monkeypatch
+):
+    """Host C's takeover moves a task FAILED -> PENDING -> RUNNING within a second. Host B, waiting for the other runs'
+    work, read luigid one status at a time, so a task that moved on between two readings was in neither: B saw no work,
+    ended "failed in another run" with exit 30, and C finished the day (seen under one core). Here every reading of
+    luigid moves it on, as it can between any two; B still waits for it until it is done."""
+    import threading
+
+    from ops import luigid
+    from ops.takeover import wait_for_other_runs
+    from tests.helpers.runs import Luigid, wait_for
+
+    day = datetime.date(2026, 5, 5)
+    central = Luigid(tmp_path / "luigid")
+    try:
+        task_id = RegionExport(day, "north").task_id
+        sched = luigid.remote(central.url)
+        sched.add_task(worker=HOST_C, task_id=task_id, status="PENDING")
+        real = luigid.remote
+
+        class Moving:
+            """luigid, where host C's worker takes the task right after each reading."""
+
+            def __init__(self, url):
+                self.sched = real(url)
+
+            def task_list(self, *args, **kwargs):
+                found = self.sched.task_list(*args, **kwargs)
+                if central.task_list("PENDING"):
+                    sched.get_work(worker=HOST_C)  # PENDING -> RUNNING
+                return found
+
+        monkeypatch.setattr(luigid, "remote", Moving)
+        waited = []
+        host_b = threading.Thread(target=lambda: waited.append(wait_for_other_runs(central.url, [day], {"host-b"})))
+        host_b.start()
+        host_b.join(timeout=1.5)
+        assert host_b.is_alive() and set(central.task_list("RUNNING")) == {task_id}  # waiting for host C's task
+        sched.add_task(worker=HOST_C, task_id=task_id, status="DONE")
+        wait_for(lambda: not host_b.is_alive(), "host B's wait to end")
+        assert waited == [True]
     finally:
         central.stop()
