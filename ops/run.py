@@ -194,7 +194,7 @@ def run_luigi(
         )
         code = build()
         if url and code != codes.already_running:  # tasks whose host died run again here, in this command
-            code = takeover.Takeover(url, portal_tasks(days), say).run(
+            code = takeover.Takeover(url, portal_tasks(days), say, own=factory.own_workers).run(
                 code, rerun=lambda: build(lock=False), settle=settle, done=lambda: all_complete(days)
             )
     retention_run.nightly()  # the run's bounded share of removing old state

@@ -12,6 +12,7 @@ from typing import Any
 
 import luigi.retcodes
 import luigi.scheduler
+import luigi.task
 import requests
 
 from portal_export.failures import read_failure
@@ -108,6 +109,7 @@ class Takeover:
     delay_s: float = field(default_factory=lambda: float(luigi.scheduler.scheduler().retry_delay))
     seen: dict[str, float] = field(default_factory=dict)  # task id -> when this host first saw it orphaned
     taken: dict[str, int] = field(default_factory=dict)  # task id -> takeovers so far
+    own: Collection[str] = ()  # this command's Luigi workers: the ids of every run's, as they are made
 
     def revive(self) -> bool:
         """Re-enable this command's DISABLED tasks that died with their worker and may still be taken over,
@@ -134,11 +136,25 @@ class Takeover:
             self.taken[task_id] = self.taken.get(task_id, 0) + 1
         return True
 
-    def reenabled(self) -> bool:
-        """Whether a task of this command is FAILED on luigid: re-enabled (with retry_count = 1 nothing else leaves a
-        task FAILED) by another host's takeover, whose Luigi has not added it yet. A rerun here adds it too, and
-        luigid gives it to one of them: whichever runs it, it is not left for nobody."""
-        return any(task_id in self.tasks for task_id in luigid.remote(self.url).task_list("FAILED", ""))
+    def left(self) -> bool:
+        """Whether a task of this command waits on luigid for a run that nobody has: FAILED, re-enabled (with
+        retry_count = 1 nothing else leaves a task FAILED) by another host's takeover whose Luigi has not added it
+        yet; or PENDING, ready to run and no other run's, as luigid's prune leaves that task retry_delay later (or a
+        task this run was refused, whose other runs have ended). A rerun here adds it too, and luigid gives it to one
+        of them: whichever runs it, it is not left for nobody. A PENDING one `MAX_TAKEOVERS` times at most."""
+        for task_id, task in luigid.remote(self.url).task_list("", "").items():
+            portal_task = self.tasks.get(task_id)
+            if portal_task is None or task["status"] not in ("FAILED", "PENDING"):
+                continue
+            if task["status"] == "PENDING":
+                if any(w not in self.own for w in task["workers"]) or self.taken.get(task_id, 0) >= MAX_TAKEOVERS:
+                    continue  # another run's, or taken over enough
+                if portal_task.complete() or not all(t.complete() for t in luigi.task.flatten(portal_task.requires())):
+                    continue  # done, or waiting on a requirement (one that failed, say)
+                self.taken[task_id] = self.taken.get(task_id, 0) + 1
+            self.say(f"takeover: {portal_task} waits on luigid with no run to take it; running it here")
+            return True
+        return False
 
     def run(
         self, code: int, rerun: Callable[[], int], settle: Callable[[bool], object], done: Callable[[], bool]
@@ -149,7 +165,7 @@ class Takeover:
         quiet = (0, int(codes.not_run), int(codes.already_running))  # "not done here", which a rerun supersedes
         while not done():
             settle(code not in quiet)
-            if not self.revive() and not self.reenabled():
+            if not self.revive() and not self.left():
                 break
             again = rerun()
             code = again if code in quiet else max(code, again)

@@ -111,6 +111,39 @@ def test_a_survivor_runs_luigi_again_for_a_task_another_host_re_enabled_and_left
         central.stop()
 
 
+def test_a_survivor_runs_luigi_again_for_a_re_enabled_task_luigid_made_pending_before_any_run_added_it(
+    data_dir, tmp_path, luigi_cfg
+):
+    """Host C re-enabled a dead host's task (FAILED), and its Luigi, slow to start on a loaded host, has not added
+    it yet when retry_delay has passed: luigid's prune makes it PENDING, with no worker but host B's, whose run has
+    ended. Host B, seeing nothing DISABLED and nothing FAILED, ended with exit 30 and the day missing (while host C
+    finished it, or not at all if C stopped). It runs Luigi again: the task is left for no run of its own."""
+    from ops.takeover import MAX_TAKEOVERS, Takeover, portal_tasks
+    from tests.helpers.runs import Luigid, wait_for
+
+    day = datetime.date(2026, 5, 5)
+    luigi_cfg("scheduler", "retry_delay", 1)  # as the fleet tests have it
+    central = Luigid(tmp_path / "luigid")
+    try:
+        sched, task_id = re_enabled_task(central, day)
+        pending = wait_for(lambda: central.task_list("PENDING").get(task_id), "luigid's prune making it PENDING")
+        assert pending["workers"] == [HOST_B]
+        reruns = []
+
+        def rerun():  # Luigi again here: as luigid has it, with no run that takes it
+            reruns.append(task_id)
+            return 25
+
+        takeover = Takeover(central.url, portal_tasks([day]), print, delay_s=0.0, own={HOST_B})
+        code = takeover.run(25, rerun=rerun, settle=lambda failed: None, done=lambda: False)
+        assert reruns == [task_id] * MAX_TAKEOVERS and code == 25  # then it is left as it is, not run forever
+        # another run's task waiting for its worker is that run's: no rerun here for it
+        reruns.clear()
+        assert Takeover(central.url, portal_tasks([day]), print, delay_s=0.0, own={HOST_C}).left() is False
+    finally:
+        central.stop()
+
+
 def test_a_region_set_aside_waits_out_luigids_cooldown_from_when_luigid_saw_it_done(data_dir, tmp_path, monkeypatch):
     """retry-unsolvable right after a failed night, on a loaded host: the region's output was written, and luigid
     marked it DONE seconds later. luigid ignores a worker's PENDING for it until stable_done_cooldown_secs have passed
