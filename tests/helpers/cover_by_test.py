@@ -2,7 +2,7 @@
 
 `make cover-by-test` runs the suite with every test's processes measured, each one's data tagged
 with the id and the mark of the test that started it (tests/conftest.py), then this. It prints
-- the branches (arcs) that only processes of tests marked `unmeasured` reach: `make test` loses
+- the branches (arcs) that only processes of tests marked `unmeasured` reach: `make cover` loses
   them, so such a test is measured again or the code gets a test of its own (exit status 1);
 - the measured tests whose processes reach nothing that the in-process tests or another test's
   processes leave unreached: each, alone, could be marked `unmeasured` if it is slow.

@@ -36,7 +36,7 @@ print(min(once() for _ in range(3)))
 
 def loop_seconds():
     """Wall time of a fixed pure-Python loop: the CPU's speed and this run's share of it. Timed in a
-    Python of its own started without `site` (-S), so that no coverage tracer (make test's --cov,
+    Python of its own started without `site` (-S), so that no coverage tracer (make cover's --cov,
     which makes such a loop twice as slow) is running in it: the tests' subprocesses run traced too, but
     their margins are for waiting on sockets and sleeps far more than for Python steps."""
     return float(subprocess.run([sys.executable, "-S", "-c", LOOP], capture_output=True, text=True, check=True).stdout)

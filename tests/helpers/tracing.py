@@ -1,6 +1,6 @@
 """Set-up that runs the pipeline's own code thousands of times in the test's process, untraced.
 
-Under `make test` coverage's tracer runs in every test process, and a loop of the pipeline's code
+Under `make cover` coverage's tracer runs in every test process, and a loop of the pipeline's code
 (seeding a year of state) takes eight times as long under it. The lines such set-up runs are the
 ones the tests of those functions measure; what the test then checks stays measured.
 """
