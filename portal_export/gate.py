@@ -96,26 +96,28 @@ class Gate:
         if (busy := self.caplog.busy()) is not None:
             raise plan_busy(busy.get("reason", "no plan thread usable"))
 
-    def _admitted(self) -> str | None:
-        """Mark, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws. No
-        lock: a LIST shows every write completed before it. The mark's key when admitted."""
+    def _admitted(self, key: str) -> bool:
+        """Mark `key`, then count: of cap + 1 solves marking at once, the last to mark lists all others and withdraws.
+        No lock: a LIST shows every write completed before it."""
         if (cap := self.cap()) <= 0:
-            return None
-        key = self.inflight.mark()
+            return False
+        self.inflight.mark(key)
         if self.inflight.count() <= cap:
-            return key
+            return True
         self.inflight.unmark(key)
-        return None
+        return False
 
     @contextlib.contextmanager
     def solving(self) -> Iterator[Flight]:
-        while True:
-            self.check()
-            if (key := self._admitted()) is not None:
-                break
-            # jittered: waiters that withdrew together mark again apart
-            self.sleep(self.step_s * random.uniform(0.5, 1.5))
-        with self.inflight.flying(key) as flight:
+        # within `flying` from before the mark is first written: a stop while it counts the others (a listing,
+        # seconds on a loaded store) takes the mark away, rather than leave one without a task to hold a slot
+        with self.inflight.flying(self.inflight.new_key()) as flight:
+            while True:
+                self.check()
+                if self._admitted(flight.key):
+                    break
+                # jittered: waiters that withdrew together mark again apart
+                self.sleep(self.step_s * random.uniform(0.5, 1.5))
             yield flight
 
     def after_refusal(

@@ -43,8 +43,11 @@ class Marks:
         self.prefix = store_keys.marks(self.kind)
         self.step_s = LOCAL_STEP_S if isinstance(store, LocalStore) else REMOTE_STEP_S
 
-    def mark(self) -> str:
-        key = store_keys.mark(self.kind, self.run, os.getpid(), serial())
+    def new_key(self) -> str:
+        return store_keys.mark(self.kind, self.run, os.getpid(), serial())
+
+    def mark(self, key: str | None = None) -> str:
+        key = key or self.new_key()
         self.store.write(key, b"")
         return key
 
@@ -53,8 +56,9 @@ class Marks:
 
     @contextlib.contextmanager
     def marked(self) -> Iterator[None]:
-        key = self.mark()
+        key = self.new_key()  # named before it is written: a stop at any point after leaves no mark behind
         try:
+            self.mark(key)
             yield
         finally:
             self.unmark(key)
@@ -145,8 +149,12 @@ class InFlight(Marks):
             raise
         self.unmark(key)
 
-    def flight(self) -> contextlib.AbstractContextManager[Flight]:
-        return self.flying(self.mark())
+    @contextlib.contextmanager
+    def flight(self) -> Iterator[Flight]:
+        """A solve's mark, written within `flying`: a stop while it is written leaves none without a task."""
+        with self.flying(self.new_key()) as flight:
+            self.mark(flight.key)
+            yield flight
 
     def standing(self, poll: bool = True) -> tuple[set[str], list[str]]:
         """(names of the marks that count, keys of those whose solve ended); `poll`: ask CaptchaAI where due."""

@@ -71,6 +71,22 @@ def test_the_cap_in_force_is_the_live_runs_file_else_the_configured_cap(tmp_path
     assert gate.cap() == 4
 
 
+def test_a_stop_while_the_gate_counts_the_others_leaves_no_mark(tmp_path, monkeypatch):
+    """SIGTERM (KeyboardInterrupt, ops/stopping.py) while the gate counts the others' marks, a listing that can take
+    seconds on a loaded store: a mark left without a task would hold a slot for the submit's deadline and more."""
+    gate = Gate(LocalStore(tmp_path), configured=4, plan_every_s=1.0)
+    marks = tmp_path / "_state" / "inflight"
+
+    def stopped():
+        assert len(list(marks.glob("*"))) == 1  # its own mark is written when the stop comes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gate.inflight, "count", stopped)
+    with pytest.raises(KeyboardInterrupt), gate.solving():
+        pass
+    assert not list(marks.glob("*"))
+
+
 def test_the_gate_admits_solves_only_below_the_cap_and_the_next_one_when_a_solve_ends(tmp_path):
     set_cap(tmp_path, 2, time.time())
     refused = []  # the gate sleeps only after it counted and withdrew a solve
