@@ -46,10 +46,8 @@ class Marks:
     def new_key(self) -> str:
         return store_keys.mark(self.kind, self.run, os.getpid(), serial())
 
-    def mark(self, key: str | None = None) -> str:
-        key = key or self.new_key()
+    def mark(self, key: str) -> None:
         self.store.write(key, b"")
-        return key
 
     def unmark(self, key: str) -> None:
         self.store.delete(key)
